@@ -1,0 +1,197 @@
+"""Configuration: frozen dataclasses read from one TOML file, validated on construction.
+
+Where things live:
+- the *home* (all data) is ``--data-dir``, else ``$CLAWDESK_HOME``, else the platform's user data
+  dir (``platformdirs``);
+- the config file is ``<home>/config.toml`` (optional; every key has a default);
+- command-line flags override the file via :func:`dataclasses.replace`.
+
+Nothing here runs at import time; :func:`load_config` is called by ``cli.main``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clawdesk.errors import ConfigError
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are ClawDesk, a helpful personal assistant running privately on the user's own "
+    "computer. Answer clearly and concisely."
+)
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which GGUF to serve and how llama.cpp runs it."""
+
+    name: str = "qwen3-4b"  # a known name (see clawdesk.models) or a path to a .gguf
+    n_ctx: int = 8192
+    n_threads: int = 0  # 0 = choose from the core count, leaving room for the learner
+    n_gpu_layers: int = -1  # -1 = all layers on the GPU when llama.cpp was built with one
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "model.name must not be empty")
+        _check(256 <= self.n_ctx <= 262144, f"model.n_ctx must be in 256..262144, got {self.n_ctx}")
+        _check(self.n_threads >= 0, f"model.n_threads must be >= 0, got {self.n_threads}")
+        _check(self.n_gpu_layers >= -1, f"model.n_gpu_layers must be >= -1, got {self.n_gpu_layers}")
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    """Sampling and input limits for chat replies."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_reply_tokens: int = 1024
+    thinking: bool = True  # default for new chats (Qwen3 only)
+    max_message_chars: int = 100_000
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.temperature <= 2.0, f"chat.temperature must be in 0..2, got {self.temperature}")
+        _check(0.0 < self.top_p <= 1.0, f"chat.top_p must be in (0, 1], got {self.top_p}")
+        _check(self.max_reply_tokens >= 1, "chat.max_reply_tokens must be >= 1")
+        _check(self.max_message_chars >= 1, "chat.max_message_chars must be >= 1")
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """The self-judge that scores replies from the next state."""
+
+    votes: int = 3
+    temperature: float = 0.6
+    max_tokens: int = 256
+    model: str = ""  # empty = judge with the served model's base weights
+    pending_max_age_hours: float = 72.0
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.votes <= 15, f"judge.votes must be in 1..15, got {self.votes}")
+        _check(0.0 <= self.temperature <= 2.0, "judge.temperature must be in 0..2")
+        _check(self.max_tokens >= 16, "judge.max_tokens must be >= 16")
+        _check(self.pending_max_age_hours > 0, "judge.pending_max_age_hours must be > 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The on-device learner (LoRA on the served model's base weights)."""
+
+    batch_size: int = 16
+    lr: float = 1e-4
+    lora_r: int = 16
+    lora_alpha: int = 32
+    w_binary: float = 1.0
+    w_opd: float = 1.0
+    eps: float = 0.2
+    eps_high: float = 0.28
+    beta_kl: float = 0.02
+    token_budget: int = 2048  # tokens per micro-batch
+    max_logprob_drop: float = 1.0  # validation: held-out mean log-prob may fall by at most this
+    hf_checkpoint: str = ""  # optional HF checkpoint dir to train on instead of the served GGUF
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.batch_size <= 1024, f"train.batch_size must be in 1..1024, got {self.batch_size}")
+        _check(0 < self.lr < 1, f"train.lr must be in (0, 1), got {self.lr}")
+        _check(self.lora_r >= 1 and self.lora_alpha >= 1, "train.lora_r and train.lora_alpha must be >= 1")
+        _check(0 < self.eps < 1 and 0 < self.eps_high < 1, "train.eps and train.eps_high must be in (0, 1)")
+        _check(self.beta_kl >= 0, "train.beta_kl must be >= 0")
+        _check(self.token_budget >= 64, "train.token_budget must be >= 64")
+        _check(self.max_logprob_drop > 0, "train.max_logprob_drop must be > 0")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ClawDesk reads from ``config.toml``, plus the resolved home directory."""
+
+    home: Path
+    model: ModelConfig = field(default_factory=ModelConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "clawdesk.db"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def adapters_dir(self) -> Path:
+        return self.home / "adapters"
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+
+def default_home(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``--data-dir`` beats ``$CLAWDESK_HOME`` beats the platform user data dir."""
+    if data_dir:
+        return Path(data_dir).expanduser().resolve()
+    env = os.environ.get("CLAWDESK_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    import platformdirs  # imported here: nothing happens at import time of this module
+
+    return Path(platformdirs.user_data_dir("clawdesk", appauthor=False))
+
+
+_SECTIONS = {"model": ModelConfig, "chat": ChatConfig, "judge": JudgeConfig, "train": TrainConfig}
+
+
+def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [{name}] must be a table")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
+        )
+    try:
+        return cls(**raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
+
+
+def load_config(home: Path, **overrides: Any) -> Config:
+    """Read ``<home>/config.toml`` (if present) and apply ``section__key=value`` overrides."""
+    path = home / "config.toml"
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid TOML ({exc}). Fix it or move it aside.") from exc
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}")
+    sections = {name: dict(raw.get(name, {})) if isinstance(raw.get(name, {}), dict) else raw[name] for name in _SECTIONS}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, name = key.partition("__")
+        if section not in _SECTIONS or not name:
+            raise ValueError(f"bad override key {key!r}")
+        sections[section][name] = value
+    built = {name: _build_section(cls, name, sections[name], path) for name, cls in _SECTIONS.items()}
+    return Config(home=home, **built)

@@ -1,0 +1,345 @@
+"""The one owner of the llama.cpp model, its context and its LoRA adapters.
+
+Every native call goes through :class:`Engine` under ``self.lock`` (an RLock), so the chat,
+the judge and adapter swaps never touch the context at the same time. Generation is a plain
+loop over llama-cpp-python's token generator; cancellation (``cancel`` event or ``stop_when``
+callback) is polled between prompt chunks and between tokens, never inside a native call.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawdesk.engine.prompt import ChatTemplate, Exchange, Prompt, build_messages, in_thinking, split_thinking
+from clawdesk.errors import AdapterError, InputError, ModelError
+from clawdesk.models import ResolvedModel, check_gguf
+
+PROMPT_CHUNK = 128  # tokens evaluated between cancellation checks while reading a prompt
+MIN_REPLY_ROOM = 64  # a prompt must leave at least this many tokens of context for the reply
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    name: str
+    path: Path
+    sha256: str
+    arch: str
+    is_demo: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_tokens: int = 1024
+    top_k: int = 40
+    min_p: float = 0.05
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of streamed reply text."""
+
+    text: str
+    thinking: bool  # True while the model is still inside its <think> block
+    n_tokens: int  # reply tokens so far
+
+
+@dataclass
+class Reply:
+    """A finished (or cancelled, or length-capped) reply, with the exact served token ids."""
+
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    raw_text: str
+    thinking: str
+    content: str
+    status: str  # 'finished' | 'cancelled' | 'length'
+    latency_ms: float | None
+    tokens_per_s: float | None
+    started_at: float
+    finished_at: float
+    adapter_version: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def default_threads() -> int:
+    # Half the cores: on small machines the learner and judge need a core of their own, and
+    # llama.cpp's throughput collapses when its threads compete (see FIELD-NOTES).
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class Engine:
+    """Owns one ``llama_cpp.Llama``: prompts, streaming generation, adapters."""
+
+    def __init__(self, llm, identity: ModelIdentity):
+        self.llm = llm
+        self.identity = identity
+        self.lock = threading.RLock()
+        meta = llm.metadata
+        template = meta.get("tokenizer.chat_template")
+        if not template:
+            raise ModelError(f"{identity.path} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF.")
+        bos = _piece(llm, llm.token_bos())
+        eos = _piece(llm, llm.token_eos())
+        self.template = ChatTemplate(template, bos_token=bos, eos_token=eos)
+        self._add_bos = str(meta.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
+        self._adapter = None  # llama_adapter_lora_p of the served adapter
+        self._adapter_path: Path | None = None
+        self.adapter_version: int | None = None
+        self._adapter_applied = False  # whether the context currently has the adapter set
+
+    # -- loading --------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        model: ResolvedModel,
+        *,
+        sha256: str,
+        n_ctx: int = 8192,
+        n_threads: int = 0,
+        n_gpu_layers: int = -1,
+        seed: int = 1234,
+    ) -> Engine:
+        import llama_cpp
+
+        check_gguf(model.path)
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(model.path),
+                n_ctx=n_ctx,
+                n_threads=n_threads or default_threads(),
+                n_gpu_layers=n_gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0,
+                seed=seed,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelError(
+                f"llama.cpp could not load {model.path} ({exc}). The file may be truncated or "
+                "corrupted, or its architecture unsupported by this llama.cpp build. Re-download it "
+                "(`clawdesk pull`) or choose another file with --model."
+            ) from exc
+        arch = str(llm.metadata.get("general.architecture", "unknown"))
+        identity = ModelIdentity(
+            name=model.name, path=model.path, sha256=sha256, arch=arch, is_demo=model.is_demo, note=model.note
+        )
+        return cls(llm, identity)
+
+    def close(self) -> None:
+        with self.lock:
+            self._free_adapter()
+            self.llm.close()
+
+    @property
+    def n_ctx(self) -> int:
+        return self.llm.n_ctx()
+
+    @property
+    def supports_thinking(self) -> bool:
+        return self.template.supports_thinking
+
+    # -- prompts --------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        with self.lock:
+            return self.llm.tokenize(text.encode("utf-8"), add_bos=self._add_bos, special=True)
+
+    def render(self, messages: list[dict[str, str]], *, thinking: bool) -> str:
+        return self.template.render(messages, thinking=thinking and self.supports_thinking)
+
+    def build_prompt(
+        self, system: str, history: Sequence[Exchange], user: str, *, thinking: bool, reply_room: int
+    ) -> Prompt:
+        """Render and tokenize, dropping the oldest exchanges until the prompt fits.
+
+        ``reply_room`` tokens are kept free for the reply (at least :data:`MIN_REPLY_ROOM`).
+        """
+        budget = self.n_ctx - max(MIN_REPLY_ROOM, min(reply_room, self.n_ctx // 4))
+        history = list(history)
+        dropped = 0
+        while True:
+            text = self.render(build_messages(system, history, user), thinking=thinking)
+            ids = self.tokenize(text)
+            if len(ids) <= budget:
+                return Prompt(text=text, token_ids=ids, thinking=thinking and self.supports_thinking, dropped_turns=dropped)
+            if not history:
+                raise InputError(
+                    f"this message is too long for the model: the prompt needs {len(ids)} tokens but the "
+                    f"context window holds {self.n_ctx} (with room kept for the reply). Shorten the message, "
+                    "or raise model.n_ctx in config.toml."
+                )
+            # Drop in halves when far over budget, one exchange at a time when close.
+            over = len(ids) - budget
+            step = 1 if over < len(ids) // 4 else max(1, len(history) // 2)
+            history = history[step:]
+            dropped += step
+
+    # -- generation -----------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        cancel: threading.Event | None = None,
+        stop_when: Callable[[], bool] | None = None,
+        on_delta: Callable[[Delta], None] | None = None,
+        use_adapter: bool = True,
+        resume_ids: Sequence[int] = (),
+    ) -> Reply:
+        """Serve one reply to ``prompt_ids`` (already rendered and tokenized).
+
+        ``resume_ids`` continues an interrupted reply (the judge's pause/resume). Stops at an
+        end-of-generation token (kept in ``reply_ids``: it was sampled and is trained on), at
+        ``max_tokens``/context end ("length"), or when cancelled ("cancelled").
+        """
+
+        def stopped() -> bool:
+            return bool((cancel is not None and cancel.is_set()) or (stop_when is not None and stop_when()))
+
+        with self.lock:
+            started = time.monotonic()
+            self._apply_adapter(use_adapter)
+            ids = list(prompt_ids) + list(resume_ids)
+            reply_ids = list(resume_ids)
+            room = self.n_ctx - len(ids)
+            limit = min(params.max_tokens, room)
+            if limit <= 0:
+                raise InputError(f"no context left for a reply ({len(ids)} of {self.n_ctx} tokens used)")
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            raw = "".join(decoder.decode(self.llm.detokenize([t], special=True)) for t in reply_ids)
+            status = "finished"
+            first_at: float | None = None
+            if not self._eval_prompt(ids, stopped):
+                status = "cancelled"
+            else:
+                import llama_cpp
+
+                vocab = self.llm._model.vocab
+                gen = self.llm.generate(
+                    ids, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, temp=params.temperature
+                )
+                try:
+                    for tok in gen:
+                        if first_at is None:
+                            first_at = time.monotonic()
+                        reply_ids.append(int(tok))
+                        if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                            break
+                        piece = decoder.decode(self.llm.detokenize([tok], special=True))
+                        raw += piece
+                        if on_delta is not None and piece:
+                            on_delta(Delta(text=piece, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
+                        if len(reply_ids) - len(resume_ids) >= limit:
+                            status = "length"
+                            break
+                        if stopped():
+                            status = "cancelled"
+                            break
+                finally:
+                    gen.close()
+            finished = time.monotonic()
+            raw += decoder.decode(b"", final=True)
+            thinking, content = split_thinking(raw)
+            n_new = len(reply_ids) - len(resume_ids)
+            gen_time = finished - first_at if first_at is not None else 0.0
+            return Reply(
+                prompt_ids=list(prompt_ids),
+                reply_ids=reply_ids,
+                raw_text=raw,
+                thinking=thinking,
+                content=content,
+                status=status,
+                latency_ms=(first_at - started) * 1000 if first_at is not None else None,
+                tokens_per_s=(n_new - 1) / gen_time if n_new > 1 and gen_time > 0 else None,
+                started_at=started,
+                finished_at=finished,
+                adapter_version=self.adapter_version if use_adapter else None,
+            )
+
+    def _eval_prompt(self, ids: list[int], stopped: Callable[[], bool]) -> bool:
+        """Evaluate the prompt in chunks, reusing the cached prefix. False if cancelled first."""
+        llm = self.llm
+        cached = llm._input_ids.tolist() if llm.n_tokens else []
+        common = 0
+        for a, b in zip(cached, ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        # Always leave at least one token to evaluate so the logits belong to this prompt.
+        common = min(common, len(ids) - 1)
+        llm.n_tokens = common  # eval() drops the KV cache beyond n_tokens
+        for start in range(common, len(ids), PROMPT_CHUNK):
+            if stopped():
+                return False
+            llm.eval(ids[start : start + PROMPT_CHUNK])
+        return True
+
+    # -- adapters -------------------------------------------------------------------------
+
+    def load_adapter(self, path: Path, version: int | None) -> None:
+        """Hot-swap to the GGUF LoRA at ``path`` (no base-model reload). Waits for a running reply."""
+        import llama_cpp
+
+        with self.lock:
+            adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model, str(path).encode("utf-8"))
+            if not adapter:
+                raise AdapterError(f"llama.cpp could not load the LoRA adapter {path}")
+            self._free_adapter()
+            self._adapter, self._adapter_path, self.adapter_version = adapter, path, version
+            self._adapter_applied = False
+            self._apply_adapter(True)
+
+    def clear_adapter(self) -> None:
+        with self.lock:
+            self._free_adapter()
+
+    def _apply_adapter(self, want: bool) -> None:
+        import llama_cpp
+
+        want = want and self._adapter is not None
+        if want == self._adapter_applied:
+            return
+        ctx = self.llm._ctx.ctx
+        if want:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._adapter)
+            scales = (ctypes.c_float * 1)(1.0)
+            if llama_cpp.llama_set_adapters_lora(ctx, adapters, 1, scales) != 0:
+                raise AdapterError(f"llama.cpp refused the adapter {self._adapter_path}")
+        else:
+            llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)
+        self._adapter_applied = want
+        # KV entries computed under the other weights must not be reused.
+        self.llm.reset()
+
+    def _free_adapter(self) -> None:
+        import llama_cpp
+
+        if self._adapter is None:
+            return
+        if self._adapter_applied:
+            llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
+            self._adapter_applied = False
+            self.llm.reset()
+        llama_cpp.llama_adapter_lora_free(self._adapter)
+        self._adapter, self._adapter_path, self.adapter_version = None, None, None
+
+
+def _piece(llm, token: int) -> str:
+    if token < 0:
+        return ""
+    return llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+
+def history_from_turns(turns) -> list[Exchange]:
+    """Earlier exchanges to replay: the answers shown (a cancelled partial answer counts too)."""
+    return [Exchange(user=t.user_content, assistant=t.reply_content) for t in turns]

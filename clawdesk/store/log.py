@@ -1,0 +1,303 @@
+"""The turn log: sessions, turns (with the exact served token ids) and persisted settings.
+
+A :class:`Store` wraps one SQLite connection and must stay on the thread that opened it; other
+threads open their own with :meth:`Store.open`. A turn is written in one transaction (turn row,
+token blobs, session timestamp/title) when its reply finishes or is cancelled, so a crash can
+never leave half a turn behind.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from clawdesk.errors import NotFoundError, StoreError
+from clawdesk.store.db import open_database
+from clawdesk.store.tokens import pack_ids, unpack_ids
+
+LEARNING_KEY = "learning_enabled"
+TITLE_CHARS = 48
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class Session:
+    id: int
+    title: str
+    created_at: str
+    updated_at: str
+    incognito: bool
+    thinking: bool
+    system_prompt: str
+    n_turns: int = 0
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Session:
+        return cls(
+            id=row["id"],
+            title=row["title"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            incognito=bool(row["incognito"]),
+            thinking=bool(row["thinking"]),
+            system_prompt=row["system_prompt"],
+            n_turns=row.get("n_turns") or 0,
+        )
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """What the chat hands the log once a reply has ended (finished, cancelled or cut at length)."""
+
+    user_content: str
+    reply_content: str
+    reply_thinking: str
+    status: str  # 'finished' | 'cancelled' | 'length'
+    thinking: bool
+    model_name: str
+    model_path: str
+    model_sha256: str
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    started_at: str
+    finished_at: str
+    adapter_version: int | None = None
+    dropped_turns: int = 0
+    latency_ms: float | None = None
+    tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: int
+    session_id: int
+    seq: int
+    user_content: str
+    reply_content: str
+    reply_thinking: str
+    status: str
+    thinking: bool
+    model_name: str
+    model_sha256: str
+    adapter_version: int | None
+    n_prompt_tokens: int
+    n_reply_tokens: int
+    dropped_turns: int
+    latency_ms: float | None
+    tokens_per_s: float | None
+    started_at: str
+    finished_at: str
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Turn:
+        names = cls.__dataclass_fields__.keys() - {"extra", "thinking"}
+        kwargs = {k: row[k] for k in names}
+        return cls(thinking=bool(row["thinking"]), **kwargs)
+
+
+class Store:
+    """The turn log of one data directory, on one connection."""
+
+    def __init__(self, db: sqlite_utils.Database, path: Path):
+        self.db = db
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        return cls(open_database(path), path)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def _write(self):
+        """A transaction context; converts SQLite failures into :class:`StoreError`."""
+        return _Tx(self)
+
+    # -- settings -------------------------------------------------------------------------
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_setting(self, key: str, value: Any) -> None:
+        with self._write():
+            self.db.execute(
+                "INSERT INTO settings(key, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                [key, json.dumps(value), now_iso()],
+            )
+
+    @property
+    def learning_enabled(self) -> bool:
+        return bool(self.get_setting(LEARNING_KEY, True))
+
+    def set_learning(self, enabled: bool) -> None:
+        self.set_setting(LEARNING_KEY, bool(enabled))
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def create_session(
+        self, *, system_prompt: str, title: str = "New chat", incognito: bool = False, thinking: bool = True
+    ) -> Session:
+        at = now_iso()
+        with self._write():
+            cur = self.db.execute(
+                "INSERT INTO sessions(title, created_at, updated_at, incognito, thinking, system_prompt) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [title, at, at, int(incognito), int(thinking), system_prompt],
+            )
+        return self.get_session(cur.lastrowid)
+
+    _SESSION_SELECT = (
+        "SELECT s.*, (SELECT count(*) FROM turns t WHERE t.session_id = s.id) AS n_turns FROM sessions s"
+    )
+
+    def get_session(self, session_id: int) -> Session:
+        rows = self._rows(self._SESSION_SELECT + " WHERE s.id = ?", [session_id])
+        if not rows:
+            raise NotFoundError(f"no session with id {session_id}; `clawdesk sessions` lists them")
+        return Session.from_row(rows[0])
+
+    def list_sessions(self) -> list[Session]:
+        rows = self._rows(self._SESSION_SELECT + " ORDER BY s.updated_at DESC, s.id DESC")
+        return [Session.from_row(r) for r in rows]
+
+    def latest_session(self) -> Session | None:
+        sessions = self.list_sessions()
+        return sessions[0] if sessions else None
+
+    def rename_session(self, session_id: int, title: str) -> None:
+        title = " ".join(title.split())
+        if not title:
+            raise StoreError("a session title cannot be empty")
+        self._update_session(session_id, title=title)
+
+    def set_session_flags(self, session_id: int, *, thinking: bool | None = None, incognito: bool | None = None) -> None:
+        changes: dict[str, Any] = {}
+        if thinking is not None:
+            changes["thinking"] = int(thinking)
+        if incognito is not None:
+            changes["incognito"] = int(incognito)
+        if changes:
+            self._update_session(session_id, **changes)
+
+    def _update_session(self, session_id: int, **changes: Any) -> None:
+        self.get_session(session_id)
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        with self._write():
+            self.db.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [*changes.values(), session_id])
+
+    def delete_session(self, session_id: int) -> None:
+        self.get_session(session_id)
+        with self._write():
+            self.db.execute("DELETE FROM sessions WHERE id = ?", [session_id])
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def add_turn(self, session_id: int, turn: NewTurn) -> int:
+        """Commit one finished/cancelled turn atomically; returns its id."""
+        if turn.status not in ("finished", "cancelled", "length"):
+            raise ValueError(f"bad turn status {turn.status!r}")
+        session = self.get_session(session_id)
+        with self._write():
+            seq_row = self.db.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE session_id = ?", [session_id]
+            ).fetchone()
+            cur = self.db.execute(
+                """INSERT INTO turns(session_id, seq, user_content, reply_content, reply_thinking, status,
+                    thinking, model_name, model_path, model_sha256, adapter_version, n_prompt_tokens,
+                    n_reply_tokens, dropped_turns, latency_ms, tokens_per_s, started_at, finished_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [
+                    session_id, seq_row[0], turn.user_content, turn.reply_content, turn.reply_thinking,
+                    turn.status, int(turn.thinking), turn.model_name, turn.model_path, turn.model_sha256,
+                    turn.adapter_version, len(turn.prompt_ids), len(turn.reply_ids), turn.dropped_turns,
+                    turn.latency_ms, turn.tokens_per_s, turn.started_at, turn.finished_at,
+                ],
+            )  # fmt: skip
+            turn_id = cur.lastrowid
+            self.db.execute(
+                "INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)",
+                [turn_id, pack_ids(turn.prompt_ids), pack_ids(turn.reply_ids)],
+            )
+            title = _title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
+            self.db.execute(
+                "UPDATE sessions SET updated_at = ?, title = coalesce(?, title) WHERE id = ?",
+                [turn.finished_at, title, session_id],
+            )
+        return turn_id
+
+    def list_turns(self, session_id: int) -> list[Turn]:
+        rows = self._rows("SELECT * FROM turns WHERE session_id = ? ORDER BY seq", [session_id])
+        return [Turn.from_row(r) for r in rows]
+
+    def get_turn(self, turn_id: int) -> Turn:
+        rows = self._rows("SELECT * FROM turns WHERE id = ?", [turn_id])
+        if not rows:
+            raise NotFoundError(f"no turn with id {turn_id}")
+        return Turn.from_row(rows[0])
+
+    def turn_tokens(self, turn_id: int) -> tuple[list[int], list[int]]:
+        row = self.db.execute("SELECT prompt_ids, reply_ids FROM turn_tokens WHERE turn_id = ?", [turn_id]).fetchone()
+        if row is None:
+            raise NotFoundError(f"no token record for turn {turn_id}")
+        return unpack_ids(row[0]), unpack_ids(row[1])
+
+    def count_turns(self) -> int:
+        return self.db.execute("SELECT count(*) FROM turns").fetchone()[0]
+
+    # -- model identity cache ---------------------------------------------------------------
+
+    def cached_sha256(self, path: Path, size: int, mtime_ns: int) -> str | None:
+        row = self.db.execute(
+            "SELECT sha256 FROM model_files WHERE path = ? AND size = ? AND mtime_ns = ?",
+            [str(path), size, mtime_ns],
+        ).fetchone()
+        return row[0] if row else None
+
+    def cache_sha256(self, path: Path, size: int, mtime_ns: int, sha256: str) -> None:
+        with self._write():
+            self.db.execute(
+                "INSERT OR REPLACE INTO model_files(path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
+                [str(path), size, mtime_ns, sha256],
+            )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return list(self.db.query(sql, params or []))
+
+
+class _Tx:
+    """``with store._write():`` — one transaction, SQLite errors become StoreError."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def __enter__(self):
+        self._ctx = self.store.db.atomic()
+        return self._ctx.__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            result = self._ctx.__exit__(exc_type, exc, tb)
+        except sqlite3.Error as err:
+            raise StoreError(f"could not write to {self.store.path}: {err}") from err
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"could not write to {self.store.path}: {exc}") from exc
+        return result
