@@ -109,4 +109,3 @@ class ChatService:
             ),
         )
         return TurnResult(turn_id=turn_id, reply=reply, dropped_turns=prompt.dropped_turns)
-

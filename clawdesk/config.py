@@ -165,6 +165,12 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(
             f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
         )
+    types = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+    for f in dataclasses.fields(cls):
+        if f.name in raw:
+            value, allowed = raw[f.name], types.get(str(f.type), (object,))
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                raise ConfigError(f"{source}: {name}.{f.name} must be a {f.type}, got {value!r}")
     try:
         return cls(**raw)
     except (TypeError, ValueError) as exc:
@@ -185,7 +191,9 @@ def load_config(home: Path, **overrides: Any) -> Config:
     unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}")
-    sections = {name: dict(raw.get(name, {})) if isinstance(raw.get(name, {}), dict) else raw[name] for name in _SECTIONS}
+    sections = {
+        name: dict(raw.get(name, {})) if isinstance(raw.get(name, {}), dict) else raw[name] for name in _SECTIONS
+    }
     for key, value in overrides.items():
         if value is None:
             continue

@@ -80,7 +80,9 @@ def resolve_model(spec: str, models_dir: Path, *, explicit: bool) -> ResolvedMod
         if path.is_file():
             return ResolvedModel(name=known.name, path=path)
         if explicit:
-            raise ModelError(f"{known.name} is not downloaded yet ({path} is missing). Run `clawdesk pull {known.name}`.")
+            raise ModelError(
+                f"{known.name} is not downloaded yet ({path} is missing). Run `clawdesk pull {known.name}`."
+            )
         return _demo(note=DEMO_NOTE)
     path = Path(spec).expanduser()
     if not path.is_absolute() and not path.exists() and (models_dir / spec).exists():

@@ -87,7 +87,9 @@ class Engine:
         meta = llm.metadata
         template = meta.get("tokenizer.chat_template")
         if not template:
-            raise ModelError(f"{identity.path} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF.")
+            raise ModelError(
+                f"{identity.path} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF."
+            )
         bos = _piece(llm, llm.token_bos())
         eos = _piece(llm, llm.token_eos())
         self.template = ChatTemplate(template, bos_token=bos, eos_token=eos)
@@ -170,7 +172,9 @@ class Engine:
             text = self.render(build_messages(system, history, user), thinking=thinking)
             ids = self.tokenize(text)
             if len(ids) <= budget:
-                return Prompt(text=text, token_ids=ids, thinking=thinking and self.supports_thinking, dropped_turns=dropped)
+                return Prompt(
+                    text=text, token_ids=ids, thinking=thinking and self.supports_thinking, dropped_turns=dropped
+                )
             if not history:
                 raise InputError(
                     f"this message is too long for the model: the prompt needs {len(ids)} tokens but the "

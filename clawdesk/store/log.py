@@ -163,9 +163,7 @@ class Store:
             )
         return self.get_session(cur.lastrowid)
 
-    _SESSION_SELECT = (
-        "SELECT s.*, (SELECT count(*) FROM turns t WHERE t.session_id = s.id) AS n_turns FROM sessions s"
-    )
+    _SESSION_SELECT = "SELECT s.*, (SELECT count(*) FROM turns t WHERE t.session_id = s.id) AS n_turns FROM sessions s"
 
     def get_session(self, session_id: int) -> Session:
         rows = self._rows(self._SESSION_SELECT + " WHERE s.id = ?", [session_id])
@@ -187,7 +185,9 @@ class Store:
             raise StoreError("a session title cannot be empty")
         self._update_session(session_id, title=title)
 
-    def set_session_flags(self, session_id: int, *, thinking: bool | None = None, incognito: bool | None = None) -> None:
+    def set_session_flags(
+        self, session_id: int, *, thinking: bool | None = None, incognito: bool | None = None
+    ) -> None:
         changes: dict[str, Any] = {}
         if thinking is not None:
             changes["thinking"] = int(thinking)

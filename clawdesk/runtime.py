@@ -1,0 +1,49 @@
+"""Building the live objects from config: the store, the served model's identity, the engine.
+
+``cli.main`` calls these and passes the results down; nothing else constructs them, so every
+entry point (TUI, ``ask``, ``judge``, ``train``) serves and records the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from clawdesk.config import Config
+from clawdesk.engine import Engine
+from clawdesk.models import DEFAULT_MODEL, ResolvedModel, file_sha256, resolve_model
+from clawdesk.store import Store
+from clawdesk.store.db import ensure_dir
+
+
+def open_store(config: Config) -> Store:
+    ensure_dir(config.home)
+    return Store.open(config.db_path)
+
+
+def model_sha256(store: Store, path: Path) -> str:
+    """sha256 of a model file, cached in the DB by (path, size, mtime) — a 2.5 GB hash takes ~10 s."""
+    stat = path.stat()
+    cached = store.cached_sha256(path, stat.st_size, stat.st_mtime_ns)
+    if cached:
+        return cached
+    if stat.st_size > 256 << 20:
+        print(f"Identifying {path.name} (sha256, once)…", file=sys.stderr, flush=True)
+    digest = file_sha256(path)
+    store.cache_sha256(path, stat.st_size, stat.st_mtime_ns, digest)
+    return digest
+
+
+def resolve_served_model(config: Config, cli_model: str | None) -> ResolvedModel:
+    spec = cli_model or config.model.name
+    explicit = cli_model is not None or config.model.name != DEFAULT_MODEL
+    return resolve_model(spec, config.models_dir, explicit=explicit)
+
+
+def load_engine(config: Config, store: Store, cli_model: str | None = None) -> Engine:
+    model = resolve_served_model(config, cli_model)
+    sha = model_sha256(store, model.path)
+    mc = config.model
+    return Engine.load(
+        model, sha256=sha, n_ctx=mc.n_ctx, n_threads=mc.n_threads, n_gpu_layers=mc.n_gpu_layers, seed=mc.seed
+    )

@@ -1,0 +1,57 @@
+from pathlib import Path
+
+import pytest
+
+from clawdesk.config import ChatConfig, ModelConfig, TrainConfig, default_home, load_config
+from clawdesk.errors import ConfigError
+
+
+def test_defaults_without_file(tmp_path):
+    cfg = load_config(tmp_path)
+    assert cfg.model.name == "qwen3-4b"
+    assert cfg.db_path == tmp_path / "clawdesk.db"
+    assert cfg.train.batch_size == 16 and cfg.judge.votes == 3
+
+
+def test_file_values_and_overrides(tmp_path):
+    (tmp_path / "config.toml").write_text("[chat]\ntemperature = 0.2\n[train]\nbatch_size = 2\n")
+    cfg = load_config(tmp_path, train__batch_size=4, model__name=None)
+    assert cfg.chat.temperature == 0.2
+    assert cfg.train.batch_size == 4  # CLI override beats the file
+    assert cfg.model.name == "qwen3-4b"  # None overrides are ignored
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[chat]\ntemperature = 5.0\n", "chat.temperature"),
+        ("[chat]\ntemprature = 0.5\n", "unknown key(s) in [chat]: temprature"),
+        ("[bogus]\nx = 1\n", "unknown section(s) bogus"),
+        ("[chat\n", "not valid TOML"),
+        ("[train]\nbatch_size = 'many'\n", "train"),
+    ],
+)
+def test_bad_config_names_file_and_key(tmp_path, text, needle):
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    assert needle in str(info.value)
+    assert str(tmp_path / "config.toml") in str(info.value)
+
+
+def test_dataclasses_validate_in_post_init():
+    with pytest.raises(ValueError):
+        ModelConfig(n_ctx=10)
+    with pytest.raises(ValueError):
+        ChatConfig(top_p=0)
+    with pytest.raises(ValueError):
+        TrainConfig(batch_size=0)
+
+
+def test_home_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "env"))
+    assert default_home(None) == (tmp_path / "env").resolve()
+    assert default_home(tmp_path / "flag") == (tmp_path / "flag").resolve()
+    monkeypatch.delenv("CLAWDESK_HOME")
+    assert "clawdesk" in str(default_home(None)).lower()
+    assert isinstance(default_home(None), Path)

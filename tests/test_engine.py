@@ -1,0 +1,119 @@
+"""The llama.cpp engine on the real bundled SmolLM2 GGUF."""
+
+import threading
+
+import pytest
+
+from clawdesk.engine import Exchange, SamplingParams
+from clawdesk.engine.prompt import in_thinking, split_thinking
+from clawdesk.errors import InputError, ModelError
+from clawdesk.models import check_gguf
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+def test_prompt_uses_the_gguf_chat_template(engine):
+    p = engine.build_prompt("Be brief.", [Exchange("Hi", "Hello!")], "What is 2+2?", thinking=True, reply_room=64)
+    assert p.text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert p.token_ids == engine.tokenize(p.text)
+    assert engine.llm.detokenize(p.token_ids, special=True).decode() == p.text
+    assert not engine.supports_thinking and p.thinking is False  # SmolLM2's template has no thinking switch
+
+
+def test_stream_matches_reply_and_token_ids(engine):
+    prompt = engine.build_prompt("", [], "Name a colour.", thinking=False, reply_room=64)
+    pieces = []
+    reply = engine.generate(prompt.token_ids, GREEDY, on_delta=lambda d: pieces.append(d.text))
+    assert reply.status in ("finished", "length")
+    assert "".join(pieces) == reply.raw_text
+    assert reply.reply_ids and reply.prompt_ids == prompt.token_ids
+    # The served ids decode to the text that was shown (the end-of-turn token adds no text).
+    assert engine.llm.detokenize(reply.reply_ids, special=False).decode() == reply.raw_text
+    assert reply.tokens_per_s is None or reply.tokens_per_s > 0
+
+
+def test_greedy_is_deterministic_from_a_clean_cache(engine):
+    prompt = engine.build_prompt("", [], "Say one word.", thinking=False, reply_room=64)
+    engine.llm.reset()
+    a = engine.generate(prompt.token_ids, GREEDY)
+    engine.llm.reset()
+    b = engine.generate(prompt.token_ids, GREEDY)
+    assert a.reply_ids == b.reply_ids
+
+
+def test_cancel_between_tokens_keeps_partial_reply(engine):
+    prompt = engine.build_prompt("", [], "Write a long story about a cat.", thinking=False, reply_room=64)
+    cancel = threading.Event()
+    seen = []
+
+    def on_delta(d):
+        seen.append(d)
+        if d.n_tokens >= 3:
+            cancel.set()
+
+    reply = engine.generate(
+        prompt.token_ids, SamplingParams(temperature=0.0, max_tokens=200), cancel=cancel, on_delta=on_delta
+    )
+    assert reply.status == "cancelled"
+    assert 3 <= len(reply.reply_ids) <= 4
+    assert reply.content
+
+
+def test_cancel_before_prompt_is_read(engine):
+    prompt = engine.build_prompt("", [], "Hello", thinking=False, reply_room=64)
+    cancel = threading.Event()
+    cancel.set()
+    reply = engine.generate(prompt.token_ids, GREEDY, cancel=cancel)
+    assert reply.status == "cancelled" and reply.reply_ids == []
+
+
+def test_max_tokens_gives_length_status(engine):
+    prompt = engine.build_prompt("", [], "Count from one to fifty in words.", thinking=False, reply_room=64)
+    reply = engine.generate(prompt.token_ids, SamplingParams(temperature=0.0, max_tokens=5))
+    assert reply.status == "length" and len(reply.reply_ids) == 5
+
+
+def test_context_overflow_drops_oldest_turns(engine):
+    history = [Exchange(f"question {i} " + "words " * 60, f"answer {i} " + "text " * 60) for i in range(12)]
+    p = engine.build_prompt("System stays.", history, "latest?", thinking=False, reply_room=128)
+    assert p.dropped_turns > 0
+    assert len(p.token_ids) <= engine.n_ctx - 128
+    assert "System stays." in p.text and "latest?" in p.text
+    assert "question 0 " not in p.text and "question 11 " in p.text
+
+
+def test_message_longer_than_context_is_a_clear_error(engine):
+    with pytest.raises(InputError) as info:
+        engine.build_prompt("", [], "word " * 5000, thinking=False, reply_room=64)
+    assert "too long" in str(info.value) and "n_ctx" in str(info.value)
+
+
+def test_split_thinking():
+    assert split_thinking("<think>\nhmm\n</think>\n\nAnswer.") == ("hmm", "Answer.")
+    assert split_thinking("Plain answer") == ("", "Plain answer")
+    assert split_thinking("<think>cut off mid tho") == ("cut off mid tho", "")
+    assert in_thinking("<thi") and in_thinking("<think>abc") and not in_thinking("<think>a</think>b")
+    assert not in_thinking("Hello")
+
+
+def test_not_a_gguf(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_text("definitely not a model")
+    with pytest.raises(ModelError) as info:
+        check_gguf(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_truncated_gguf_fails_cleanly(tmp_path, demo_gguf):
+    from clawdesk.engine import Engine
+    from clawdesk.models import ResolvedModel
+
+    cut = tmp_path / "cut.gguf"
+    with demo_gguf.open("rb") as src:
+        cut.write_bytes(src.read(3_000_000))
+    with pytest.raises(ModelError) as info:
+        Engine.load(ResolvedModel(name="cut", path=cut), sha256="x", n_ctx=256, n_threads=1)
+    assert "truncated" in str(info.value) and str(cut) in str(info.value)
