@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from clawdesk.config import ChatConfig
 from clawdesk.engine import Delta, Engine, Reply, SamplingParams, history_from_turns
+from clawdesk.engine.gate import ChatGate
 from clawdesk.errors import InputError
 from clawdesk.store import NewTurn, Session, Store
 
@@ -51,9 +52,11 @@ def _wall_iso(monotonic_t: float) -> str:
 class ChatService:
     """Runs turns for one engine; the caller supplies a thread-local store."""
 
-    def __init__(self, engine: Engine, chat: ChatConfig):
+    def __init__(self, engine: Engine, chat: ChatConfig, *, gate: ChatGate | None = None):
         self.engine = engine
         self.chat = chat
+        # Entered for the whole turn, so background judging pauses from "sent" to "recorded".
+        self.gate = gate or ChatGate()
 
     def new_session(self, store: Store, *, incognito: bool = False, thinking: bool | None = None) -> Session:
         return store.create_session(
@@ -74,6 +77,10 @@ class ChatService:
         temperature: float | None = None,
     ) -> TurnResult:
         text = clean_message(text, self.chat.max_message_chars)
+        with self.gate:
+            return self._serve(store, session_id, text, thinking, cancel, on_delta, temperature)
+
+    def _serve(self, store, session_id, text, thinking, cancel, on_delta, temperature) -> TurnResult:
         session = store.get_session(session_id)
         think = session.thinking if thinking is None else thinking
         history = history_from_turns(store.list_turns(session_id))

@@ -8,13 +8,15 @@ exit code — no tracebacks for anything a person can cause.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 
 from clawdesk import __version__
 from clawdesk.config import Config, default_home, load_config
-from clawdesk.errors import ClawDeskError, NotFoundError
+from clawdesk.errors import ClawDeskError, InputError, NotFoundError
+from clawdesk.progress import ProgressBar
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -44,13 +46,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("chat", cmd_chat, "open the chat (the default)")
     p = add("ask", cmd_ask, "one turn without the TUI, streamed to stdout and recorded")
-    p.add_argument("text", help="the message; '-' reads it from standard input")
+    p.add_argument("text", nargs="?", help="the message; '-' reads it from standard input")
     p.add_argument("-c", "--continue", dest="cont", action="store_true", help="continue the latest session")
     p.add_argument("--session", type=int, metavar="ID", help="continue session ID")
     p.add_argument("--no-think", action="store_true", help="turn Qwen3 thinking off for this turn")
     p.add_argument("--incognito", action="store_true", help="start an incognito session (never learned from)")
+    p.add_argument(
+        "--rate", choices=["+1", "-1"], help="thumbs up/down for the last turn (of --session, else the latest)"
+    )
 
     add("sessions", cmd_sessions, "list chat sessions")
+    from clawdesk import cli_learning
+
+    cli_learning.add_commands(add)
     p = add("learning", cmd_learning, "turn learning on or off, or show its state")
     p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
     p = add("pull", cmd_pull, "download a known model (default: qwen3-4b)")
@@ -80,6 +88,14 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.chat import ChatService, clean_message
     from clawdesk.runtime import load_engine, open_store
 
+    if args.rate is not None:
+        if args.text is not None:
+            raise InputError("--rate rates the last turn; give it without a message")
+        from clawdesk.cli_learning import rate_last
+
+        return rate_last(args, config)
+    if args.text is None:
+        raise InputError("give a message: clawdesk ask TEXT (or '-' to read standard input)")
     text = sys.stdin.read() if args.text == "-" else args.text
     text = clean_message(text, config.chat.max_message_chars)  # fail fast, before loading a model
     store = open_store(config)
@@ -105,13 +121,14 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
                 sys.stdout.write(delta.text)
                 sys.stdout.flush()
 
+            # Ctrl-C stops the reply between tokens; the partial reply is recorded as cancelled.
+            previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
             try:
                 result = service.run_turn(
                     store, session.id, text, thinking=False if args.no_think else None, cancel=cancel, on_delta=show
                 )
-            except KeyboardInterrupt:
-                cancel.set()
-                raise
+            finally:
+                signal.signal(signal.SIGINT, previous)
             sys.stdout.write("\n")
             reply = result.reply
             if result.dropped_turns:
@@ -160,9 +177,17 @@ def cmd_learning(args: argparse.Namespace, config: Config) -> int:
 def cmd_pull(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.pull import pull_model
 
-    bar = _ProgressBar(f"pull {args.name}")
-    path = pull_model(args.name, config.models_dir, progress=bar)
-    bar.done()
+    bar = ProgressBar(f"pull {args.name}")
+
+    def status(message: str) -> None:
+        bar.done()
+        bar.reset(message.split(" ")[0])  # "downloading …" / "verifying …": relabel the bar
+        print(message, file=sys.stderr)
+
+    try:
+        path = pull_model(args.name, config.models_dir, progress=bar, status=status)
+    finally:
+        bar.done()
     print(f"{args.name}: {path}")
     return 0
 
@@ -189,30 +214,6 @@ def cmd_paths(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-class _ProgressBar:
-    """A one-line byte progress bar on stderr (redraws in place on a terminal)."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.tty = sys.stderr.isatty()
-        self._last = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        pct = int(100 * done / total) if total else 0
-        if not self.tty and pct == self._last:
-            return
-        self._last = pct
-        width = 30
-        fill = int(width * pct / 100)
-        line = f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% {done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
-        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty and self._last >= 0:
-            sys.stderr.write("\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -225,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"clawdesk: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("\nclawdesk: interrupted (a reply in progress was kept, marked cancelled)", file=sys.stderr)
+        print("\nclawdesk: interrupted", file=sys.stderr)
         return 130
 
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clawdesk.config import Config
 from clawdesk.engine import Engine
 from clawdesk.models import DEFAULT_MODEL, ResolvedModel, file_sha256, resolve_model
 from clawdesk.store import Store
 from clawdesk.store.db import ensure_dir
+
+if TYPE_CHECKING:
+    from clawdesk.judge.runner import Judge
 
 
 def open_store(config: Config) -> Store:
@@ -47,3 +51,16 @@ def load_engine(config: Config, store: Store, cli_model: str | None = None) -> E
     return Engine.load(
         model, sha256=sha, n_ctx=mc.n_ctx, n_threads=mc.n_threads, n_gpu_layers=mc.n_gpu_layers, seed=mc.seed
     )
+
+
+def load_judge(config: Config, store: Store, engine: Engine, **kwargs) -> Judge:
+    """The judge on the served engine's base weights, or on ``judge.model`` when configured."""
+    from clawdesk.judge.runner import Judge
+
+    judge_engine = engine
+    if config.judge.model:
+        model = resolve_model(config.judge.model, config.models_dir, explicit=True)
+        judge_engine = Engine.load(
+            model, sha256=model_sha256(store, model.path), n_ctx=config.model.n_ctx, n_threads=config.model.n_threads
+        )
+    return Judge(judge_engine, config.judge, policy=engine, **kwargs)

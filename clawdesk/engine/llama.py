@@ -80,8 +80,10 @@ def default_threads() -> int:
 class Engine:
     """Owns one ``llama_cpp.Llama``: prompts, streaming generation, adapters."""
 
-    def __init__(self, llm, identity: ModelIdentity):
+    def __init__(self, llm, identity: ModelIdentity, *, seed: int = 1234):
         self.llm = llm
+        self._base_seed = seed
+        self._calls = 0
         self.identity = identity
         self.lock = threading.RLock()
         meta = llm.metadata
@@ -134,7 +136,7 @@ class Engine:
         identity = ModelIdentity(
             name=model.name, path=model.path, sha256=sha256, arch=arch, is_demo=model.is_demo, note=model.note
         )
-        return cls(llm, identity)
+        return cls(llm, identity, seed=seed)
 
     def close(self) -> None:
         with self.lock:
@@ -199,12 +201,16 @@ class Engine:
         on_delta: Callable[[Delta], None] | None = None,
         use_adapter: bool = True,
         resume_ids: Sequence[int] = (),
+        seed: int | None = None,
+        prompt_chunk: int = PROMPT_CHUNK,
     ) -> Reply:
         """Serve one reply to ``prompt_ids`` (already rendered and tokenized).
 
         ``resume_ids`` continues an interrupted reply (the judge's pause/resume). Stops at an
         end-of-generation token (kept in ``reply_ids``: it was sampled and is trained on), at
-        ``max_tokens``/context end ("length"), or when cancelled ("cancelled").
+        ``max_tokens``/context end ("length"), or when cancelled ("cancelled"). ``seed`` fixes
+        the sampling stream (the judge's votes); by default each call gets the next seed of a
+        per-engine sequence, so repeated prompts can differ yet a fresh engine is reproducible.
         """
 
         def stopped() -> bool:
@@ -213,6 +219,8 @@ class Engine:
         with self.lock:
             started = time.monotonic()
             self._apply_adapter(use_adapter)
+            self._calls += 1
+            self.llm.set_seed(seed if seed is not None else self._base_seed + self._calls)
             ids = list(prompt_ids) + list(resume_ids)
             reply_ids = list(resume_ids)
             room = self.n_ctx - len(ids)
@@ -223,7 +231,7 @@ class Engine:
             raw = "".join(decoder.decode(self.llm.detokenize([t], special=True)) for t in reply_ids)
             status = "finished"
             first_at: float | None = None
-            if not self._eval_prompt(ids, stopped):
+            if not self._eval_prompt(ids, stopped, prompt_chunk):
                 status = "cancelled"
             else:
                 import llama_cpp
@@ -270,7 +278,7 @@ class Engine:
                 adapter_version=self.adapter_version if use_adapter else None,
             )
 
-    def _eval_prompt(self, ids: list[int], stopped: Callable[[], bool]) -> bool:
+    def _eval_prompt(self, ids: list[int], stopped: Callable[[], bool], chunk: int) -> bool:
         """Evaluate the prompt in chunks, reusing the cached prefix. False if cancelled first."""
         llm = self.llm
         cached = llm._input_ids.tolist() if llm.n_tokens else []
@@ -282,10 +290,10 @@ class Engine:
         # Always leave at least one token to evaluate so the logits belong to this prompt.
         common = min(common, len(ids) - 1)
         llm.n_tokens = common  # eval() drops the KV cache beyond n_tokens
-        for start in range(common, len(ids), PROMPT_CHUNK):
+        for start in range(common, len(ids), chunk):
             if stopped():
                 return False
-            llm.eval(ids[start : start + PROMPT_CHUNK])
+            llm.eval(ids[start : start + chunk])
         return True
 
     # -- adapters -------------------------------------------------------------------------

@@ -218,18 +218,30 @@ class Store:
             seq_row = self.db.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE session_id = ?", [session_id]
             ).fetchone()
+            row = {
+                "session_id": session_id,
+                "seq": seq_row[0],
+                "user_content": turn.user_content,
+                "reply_content": turn.reply_content,
+                "reply_thinking": turn.reply_thinking,
+                "status": turn.status,
+                "thinking": int(turn.thinking),
+                "model_name": turn.model_name,
+                "model_path": turn.model_path,
+                "model_sha256": turn.model_sha256,
+                "adapter_version": turn.adapter_version,
+                "n_prompt_tokens": len(turn.prompt_ids),
+                "n_reply_tokens": len(turn.reply_ids),
+                "dropped_turns": turn.dropped_turns,
+                "latency_ms": turn.latency_ms,
+                "tokens_per_s": turn.tokens_per_s,
+                "started_at": turn.started_at,
+                "finished_at": turn.finished_at,
+                "learning": int(self.learning_enabled),
+            }
             cur = self.db.execute(
-                """INSERT INTO turns(session_id, seq, user_content, reply_content, reply_thinking, status,
-                    thinking, model_name, model_path, model_sha256, adapter_version, n_prompt_tokens,
-                    n_reply_tokens, dropped_turns, latency_ms, tokens_per_s, started_at, finished_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [
-                    session_id, seq_row[0], turn.user_content, turn.reply_content, turn.reply_thinking,
-                    turn.status, int(turn.thinking), turn.model_name, turn.model_path, turn.model_sha256,
-                    turn.adapter_version, len(turn.prompt_ids), len(turn.reply_ids), turn.dropped_turns,
-                    turn.latency_ms, turn.tokens_per_s, turn.started_at, turn.finished_at,
-                ],
-            )  # fmt: skip
+                f"INSERT INTO turns({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+            )
             turn_id = cur.lastrowid
             self.db.execute(
                 "INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)",

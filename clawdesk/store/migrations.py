@@ -94,3 +94,73 @@ def m001_foundation(db):
         """
     )
     db.execute("CREATE INDEX turns_session ON turns(session_id, seq)")
+
+
+@MIGRATIONS()
+def m002_judge(db):
+    # Whether learning was ON when the turn happened: OFF means "never learn from this turn".
+    db.execute("ALTER TABLE turns ADD COLUMN learning INTEGER NOT NULL DEFAULT 1")
+    db.execute(
+        """
+        CREATE TABLE judgments (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id) ON DELETE CASCADE,
+            status TEXT NOT NULL CHECK (status IN ('judged', 'dropped')),
+            next_turn_id INTEGER REFERENCES turns(id) ON DELETE SET NULL,
+            prompt_version TEXT,
+            judge_model_name TEXT,
+            judge_model_sha256 TEXT,
+            score_outputs TEXT,         -- JSON list: raw text of every score vote
+            votes TEXT,                 -- JSON list: parsed votes (+1/-1/0, null = invalid)
+            reward INTEGER,             -- r_final, majority of valid votes
+            hint_outputs TEXT,          -- JSON list: raw text of every hint vote
+            hint TEXT,                  -- accepted hint (longest), NULL = no OPD signal
+            enhanced_user TEXT,         -- last user message with the hint appended
+            enhanced_prompt_ids BLOB,   -- the teacher's prompt tokens (s_t + hint), exactly
+            seconds REAL,
+            note TEXT,
+            judged_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE feedback (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id) ON DELETE CASCADE,
+            rating INTEGER CHECK (rating IN (-1, 1)),   -- explicit thumbs, overrides r_final
+            vetoed INTEGER NOT NULL DEFAULT 0,          -- never train on this turn
+            updated_at TEXT NOT NULL
+        )
+        """
+    )
+
+
+@MIGRATIONS()
+def m003_learn(db):
+    db.execute(
+        """
+        CREATE TABLE adapters (
+            version INTEGER PRIMARY KEY,           -- v1, v2, ... in training order
+            status TEXT NOT NULL CHECK (status IN ('ready', 'rejected')),
+            parent_version INTEGER,                -- the adapter this one continued from
+            base_name TEXT NOT NULL,
+            base_sha256 TEXT NOT NULL,             -- served GGUF the adapter belongs to
+            path TEXT NOT NULL,                    -- <adapters dir>/v<N>
+            n_samples INTEGER NOT NULL,
+            metrics TEXT NOT NULL,                 -- JSON: loss, reward mean, clip fraction, kl, tokens/s...
+            validation TEXT NOT NULL,              -- JSON: checks and held-out log-probs
+            note TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE adapter_samples (
+            version INTEGER NOT NULL REFERENCES adapters(version) ON DELETE CASCADE,
+            turn_id INTEGER NOT NULL UNIQUE REFERENCES turns(id) ON DELETE CASCADE,  -- trained on once
+            reward REAL NOT NULL,
+            has_hint INTEGER NOT NULL,
+            PRIMARY KEY (version, turn_id)
+        )
+        """
+    )

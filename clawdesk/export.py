@@ -1,0 +1,136 @@
+"""Exporting what was learned: an adapter version (PEFT, GGUF, Ollama) and the judged samples.
+
+Every adapter export carries a README with the base model identity and a training summary, so
+the folder is useful on its own. ``export_data`` writes TRL-ready conversational JSONL and never
+includes incognito sessions, turns recorded with learning OFF, or vetoed turns.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from clawdesk.errors import AdapterError, NotFoundError
+from clawdesk.reload import active_version, version, versions
+from clawdesk.store import Store
+from clawdesk.store.db import ensure_dir
+
+FORMATS = ("peft", "gguf", "ollama")
+PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def _pick(store: Store, n: int | None):
+    if n is None:
+        n = active_version(store)
+    if n is None:
+        ready = [v for v in versions(store) if v.status == "ready"]
+        if not ready:
+            raise NotFoundError("there is no trained adapter yet; chat with learning ON, then `clawdesk train`")
+        n = ready[-1].version
+    row = version(store, n)
+    if row.status != "ready":
+        raise AdapterError(f"adapter v{n} was rejected at validation ({row.note}); export a ready version instead")
+    return row
+
+
+def _readme(row, meta: dict[str, Any], fmt: str, files: list[str]) -> str:
+    metrics = meta.get("metrics") or row.metrics
+    lines = [
+        f"# ClawDesk adapter v{row.version} ({fmt})",
+        "",
+        "A LoRA adapter personalised on-device by ClawDesk (Binary RL + hindsight-guided OPD).",
+        "",
+        "## Base model",
+        f"- name: {row.base_name}",
+        f"- GGUF sha256: {row.base_sha256}",
+        f"- base file when trained: {meta.get('base_path', 'unknown')}",
+        "",
+        "## Training summary",
+        f"- samples used: {row.n_samples}",
+        f"- created: {row.created_at}",
+    ]
+    lines += [f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in sorted(metrics.items())]
+    lines += ["", "## Files", *[f"- `{f}`" for f in files], ""]
+    if fmt == "peft":
+        lines += ["Load: `PeftModel.from_pretrained(base_model, this_folder)` on the same base weights.", ""]
+    elif fmt == "gguf":
+        lines += ["Load: `llama-cli -m BASE.gguf --lora adapter.gguf` or llama-cpp-python `lora_path=`.", ""]
+    else:
+        lines += ["Load: `ollama create my-clawdesk -f Modelfile` (the FROM line points at the base GGUF).", ""]
+    return "\n".join(lines)
+
+
+def export_adapter(
+    store: Store, fmt: str, out_dir: Path, *, n: int | None = None, base_gguf: Path | None = None
+) -> Path:
+    if fmt not in FORMATS:
+        raise AdapterError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    row = _pick(store, n)
+    meta_path = row.path / "metadata.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    ensure_dir(out_dir, "export folder")
+    files: list[str] = []
+    if fmt == "peft":
+        for name in PEFT_FILES:
+            src = row.path / name
+            if not src.exists():
+                raise AdapterError(f"adapter v{row.version} is missing {src}; it cannot be exported as PEFT")
+            shutil.copy2(src, out_dir / name)
+            files.append(name)
+    else:
+        if not row.gguf.exists():
+            raise AdapterError(f"adapter v{row.version} is missing {row.gguf}")
+        shutil.copy2(row.gguf, out_dir / row.gguf.name)
+        files.append(row.gguf.name)
+    if fmt == "ollama":
+        base = base_gguf or Path(meta.get("base_path", ""))
+        if not base or not Path(base).is_file():
+            raise AdapterError(f"the base GGUF for v{row.version} was not found ({base}); pass it with --model PATH")
+        (out_dir / "Modelfile").write_text(f"FROM {Path(base).resolve()}\nADAPTER ./{row.gguf.name}\n")
+        files.append("Modelfile")
+    if meta:
+        (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2))
+        files.append("metadata.json")
+    (out_dir / "README.md").write_text(_readme(row, meta, fmt, files))
+    return out_dir
+
+
+def export_data(store: Store, out_file: Path) -> int:
+    """Write judged samples as JSONL (conversational prompt/completion + reward + hint). Returns the count."""
+    sql = """
+        SELECT t.id, t.session_id, t.seq, t.user_content, t.reply_content, t.dropped_turns, s.system_prompt,
+               j.reward, j.hint, f.rating
+        FROM judgments j
+        JOIN turns t ON t.id = j.turn_id
+        JOIN sessions s ON s.id = t.session_id
+        LEFT JOIN feedback f ON f.turn_id = t.id
+        WHERE j.status = 'judged' AND s.incognito = 0 AND t.learning = 1 AND coalesce(f.vetoed, 0) = 0
+        ORDER BY t.id
+    """
+    rows = list(store.db.query(sql))
+    ensure_dir(out_file.parent, "export folder")
+    tmp = out_file.with_suffix(out_file.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            earlier = [t for t in store.list_turns(r["session_id"]) if t.seq < r["seq"]][r["dropped_turns"] :]
+            prompt = [{"role": "system", "content": r["system_prompt"]}] if r["system_prompt"] else []
+            for t in earlier:
+                prompt += [
+                    {"role": "user", "content": t.user_content},
+                    {"role": "assistant", "content": t.reply_content},
+                ]
+            prompt.append({"role": "user", "content": r["user_content"]})
+            reward = r["rating"] if r["rating"] is not None else r["reward"]
+            record = {
+                "prompt": prompt,
+                "completion": [{"role": "assistant", "content": r["reply_content"]}],
+                "reward": reward,
+                "label": reward > 0,  # KTO-style desirability
+                "hint": r["hint"],
+                "turn_id": r["id"],
+            }
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(out_file)
+    return len(rows)

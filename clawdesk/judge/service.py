@@ -1,0 +1,126 @@
+"""Judging the backlog: once (``clawdesk judge``) or continuously in the background (the TUI).
+
+Both paths respect the learning switch: judging only runs while learning is ON, and turning it
+OFF interrupts the turn being judged (nothing half-judged is saved).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawdesk.judge.runner import Judge, JudgeInterrupted, VoteProgress
+from clawdesk.store import Store
+from clawdesk.store.judgments import Judgment, backlog, drop_stale, pending_turns, save_judgment
+
+
+@dataclass(frozen=True)
+class JudgeEvent:
+    """Progress for a UI: a vote finished, a turn was judged, or the backlog changed."""
+
+    kind: str  # 'vote' | 'judged' | 'backlog'
+    ready: int = 0  # turns ready to judge
+    waiting: int = 0  # turns waiting for the user's next message
+    vote: VoteProgress | None = None
+    judgment: Judgment | None = None
+
+
+@dataclass
+class JudgeSummary:
+    judged: int = 0
+    dropped: int = 0
+    rewards: dict[int, int] = field(default_factory=lambda: {1: 0, -1: 0, 0: 0})
+    hints: int = 0
+    stopped: bool = False  # learning was turned off / interrupted before the backlog was done
+
+
+def judge_pending(
+    store: Store,
+    judge: Judge,
+    *,
+    max_age_hours: float,
+    limit: int | None = None,
+    on_event: Callable[[JudgeEvent], None] | None = None,
+) -> JudgeSummary:
+    """Judge up to ``limit`` ready turns now (oldest first)."""
+    summary = JudgeSummary(dropped=drop_stale(store, max_age_hours))
+    for pending in pending_turns(store, limit=limit):
+        if not store.learning_enabled or judge.stop.is_set():
+            summary.stopped = True
+            break
+
+        def progress(v: VoteProgress) -> None:
+            if on_event is not None:
+                on_event(JudgeEvent("vote", vote=v))
+
+        try:
+            judgment = judge.judge(store, pending, on_progress=progress)
+        except JudgeInterrupted:
+            summary.stopped = True
+            break
+        save_judgment(store, judgment)
+        summary.judged += 1
+        summary.rewards[judgment.reward] += 1
+        summary.hints += judgment.hint is not None
+        if on_event is not None:
+            ready, waiting = backlog(store)
+            on_event(JudgeEvent("judged", ready=ready, waiting=waiting, judgment=judgment))
+    return summary
+
+
+class JudgeLoop:
+    """The background judge: call :meth:`run` in a worker thread; it opens its own DB connection."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        db_path: Path,
+        *,
+        max_age_hours: float,
+        on_event: Callable[[JudgeEvent], None] | None = None,
+        idle_poll: float = 2.0,
+    ) -> None:
+        self.judge = judge
+        self.db_path = db_path
+        self.max_age_hours = max_age_hours
+        self.on_event = on_event
+        self.idle_poll = idle_poll
+        self._closing = threading.Event()
+        self._wake = threading.Event()
+
+    def wake(self) -> None:
+        """A turn was recorded or a setting changed: look at the backlog now."""
+        self._wake.set()
+
+    def set_learning(self, on: bool) -> None:
+        """OFF interrupts the vote in progress at the next token; ON resumes."""
+        if on:
+            self.judge.stop.clear()
+        else:
+            self.judge.stop.set()
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closing.set()
+        self.judge.stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        store = Store.open(self.db_path)
+        try:
+            while not self._closing.is_set():
+                self._wake.clear()
+                if store.learning_enabled and not self.judge.stop.is_set():
+                    summary = judge_pending(
+                        store, self.judge, max_age_hours=self.max_age_hours, limit=1, on_event=self.on_event
+                    )
+                    if summary.judged:
+                        continue  # more may be ready; re-check at once
+                if self.on_event is not None:
+                    ready, waiting = backlog(store)
+                    self.on_event(JudgeEvent("backlog", ready=ready, waiting=waiting))
+                self._wake.wait(self.idle_poll)
+        finally:
+            store.close()
