@@ -186,6 +186,10 @@ def cmd_pull(args: argparse.Namespace, config: Config) -> int:
 
     try:
         path = pull_model(args.name, config.models_dir, progress=bar, status=status)
+    except KeyboardInterrupt:
+        bar.done()
+        print("pull interrupted: the partial download is kept; run `clawdesk pull` again to resume", file=sys.stderr)
+        return 130
     finally:
         bar.done()
     print(f"{args.name}: {path}")

@@ -72,9 +72,12 @@ class JudgeConfig:
 
     votes: int = 3
     temperature: float = 0.6
-    max_tokens: int = 256
+    max_tokens: int = 320  # fits a grammar-constrained hint (≤ 240 chars) with its markers
     model: str = ""  # empty = judge with the served model's base weights
     pending_max_age_hours: float = 72.0
+    # Grammar-constrained votes: a short reason, then always a parseable score / verdict.
+    # Small models (the demo) only produce usable votes this way; off = free-form answers.
+    constrained: bool = True
 
     def __post_init__(self) -> None:
         _check(1 <= self.votes <= 15, f"judge.votes must be in 1..15, got {self.votes}")

@@ -25,6 +25,8 @@ from clawdesk.store.judgments import (
 )
 
 FAST = JudgeConfig(votes=3, temperature=0.6, max_tokens=24)
+# Long enough for any grammar-constrained score vote: ≤ 100 reason chars + the box.
+SCORE_ROOM = JudgeConfig(votes=3, temperature=0.6, max_tokens=128)
 
 
 def _chat(engine, config, store, *messages, incognito=False):
@@ -35,7 +37,7 @@ def _chat(engine, config, store, *messages, incognito=False):
 
 
 def test_pending_rules(engine, config, store):
-    _, (a, b) = _chat(engine, config, store, "Tell me a joke.", "That was not funny, try again.")
+    _, (a, _b) = _chat(engine, config, store, "Tell me a joke.", "That was not funny, try again.")
     _chat(engine, config, store, "Secret question", "Secret follow-up", incognito=True)
     store.set_learning(False)
     _chat(engine, config, store, "Off the record", "still off")
@@ -56,15 +58,16 @@ def test_stale_last_turns_are_dropped(engine, config, store):
 
 
 def test_judge_records_votes_reward_and_identity(engine, config, store):
-    session, (a, _) = _chat(engine, config, store, "What is the capital of France?", "Thanks, that's right!")
-    judge = Judge(engine, FAST)
+    _, (a, _) = _chat(engine, config, store, "What is the capital of France?", "Thanks, that's right!")
+    judge = Judge(engine, SCORE_ROOM)
     seen = []
     summary = judge_pending(store, judge, max_age_hours=72, on_event=seen.append)
     assert summary.judged == 1
     row = get_judgment(store, a)
     assert row["status"] == "judged" and row["prompt_version"] == PROMPT_VERSION
     assert len(row["score_outputs"]) == 3 and len(row["hint_outputs"]) == 3
-    assert len(row["votes"]) == 3 and all(v in (None, -1, 0, 1) for v in row["votes"])
+    # Grammar-constrained votes always parse, even on the 135M demo model.
+    assert len(row["votes"]) == 3 and all(v in (-1, 0, 1) for v in row["votes"])
     assert row["reward"] in (-1, 0, 1)
     assert row["judge_model_name"] == engine.identity.name and row["judge_model_sha256"] == "test-sha"
     assert row["seconds"] > 0
@@ -76,8 +79,8 @@ def test_judge_records_votes_reward_and_identity(engine, config, store):
 
 
 def test_teacher_prompt_is_the_served_prompt_plus_hint(engine, config, store):
-    session, (a, b, _) = _chat(engine, config, store, "Write a haiku.", "Shorter please.", "Good.")
-    pending = [p for p in pending_turns(store) if p.turn.id == b][0]
+    _, (_, b, _) = _chat(engine, config, store, "Write a haiku.", "Shorter please.", "Good.")
+    pending = next(p for p in pending_turns(store) if p.turn.id == b)
     judge = Judge(engine, FAST)
     hint = "Keep it to one short line."
     enhanced = enhanced_user_message("Shorter please.", hint)
@@ -118,7 +121,8 @@ def test_judge_pauses_while_the_chat_is_busy(engine):
 def test_chat_preempts_a_running_vote_within_a_token(engine):
     gate = ChatGate()
     judge = Judge(engine, JudgeConfig(votes=1, max_tokens=400), gate=gate)
-    prompt = engine.tokenize(engine.render([{"role": "user", "content": "Write a long essay on rivers."}], thinking=False))
+    messages = [{"role": "user", "content": "Write a long essay on rivers."}]
+    prompt = engine.tokenize(engine.render(messages, thinking=False))
     tokens_after_gate: list[int] = []
     original = engine.generate
 

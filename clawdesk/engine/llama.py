@@ -84,6 +84,7 @@ class Engine:
         self.llm = llm
         self._base_seed = seed
         self._calls = 0
+        self._grammars: dict[str, object] = {}
         self.identity = identity
         self.lock = threading.RLock()
         meta = llm.metadata
@@ -203,6 +204,7 @@ class Engine:
         resume_ids: Sequence[int] = (),
         seed: int | None = None,
         prompt_chunk: int = PROMPT_CHUNK,
+        grammar: str | None = None,
     ) -> Reply:
         """Serve one reply to ``prompt_ids`` (already rendered and tokenized).
 
@@ -211,6 +213,7 @@ class Engine:
         ``max_tokens``/context end ("length"), or when cancelled ("cancelled"). ``seed`` fixes
         the sampling stream (the judge's votes); by default each call gets the next seed of a
         per-engine sequence, so repeated prompts can differ yet a fresh engine is reproducible.
+        ``grammar`` (GBNF) constrains the output, e.g. so a judge vote always ends in a score.
         """
 
         def stopped() -> bool:
@@ -238,7 +241,12 @@ class Engine:
 
                 vocab = self.llm._model.vocab
                 gen = self.llm.generate(
-                    ids, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, temp=params.temperature
+                    ids,
+                    top_k=params.top_k,
+                    top_p=params.top_p,
+                    min_p=params.min_p,
+                    temp=params.temperature,
+                    grammar=self._grammar(grammar) if grammar else None,
                 )
                 try:
                     for tok in gen:
@@ -277,6 +285,13 @@ class Engine:
                 finished_at=finished,
                 adapter_version=self.adapter_version if use_adapter else None,
             )
+
+    def _grammar(self, source: str):
+        from llama_cpp import LlamaGrammar
+
+        if source not in self._grammars:
+            self._grammars[source] = LlamaGrammar.from_string(source, verbose=False)
+        return self._grammars[source]
 
     def _eval_prompt(self, ids: list[int], stopped: Callable[[], bool], chunk: int) -> bool:
         """Evaluate the prompt in chunks, reusing the cached prefix. False if cancelled first."""

@@ -18,6 +18,7 @@ from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.prompt import build_messages
+from clawdesk.judge.grammar import HINT_GRAMMAR, SCORE_GRAMMAR
 from clawdesk.judge.parse import accept_hint, enhanced_user_message, majority, parse_score
 from clawdesk.judge.prompts import PROMPT_VERSION, hint_messages, score_messages
 from clawdesk.store import Store
@@ -65,17 +66,16 @@ class Judge:
     ) -> Judgment:
         started = time.monotonic()
         turn = pending.turn
-        args = (turn.user_content, turn.reply_content, pending.next_state, pending.next_role)
+        texts = (turn.user_content, turn.reply_content, pending.next_state)
         m = self.config.votes
+        grammars = {"score": SCORE_GRAMMAR, "hint": HINT_GRAMMAR} if self.config.constrained else {}
         score_outputs: list[str] = []
         hint_outputs: list[str] = []
-        for kind, messages, outputs in (
-            ("score", score_messages(*args), score_outputs),
-            ("hint", hint_messages(*args), hint_outputs),
-        ):
-            ids = self.engine.tokenize(self.engine.render(messages, thinking=False))
+        for kind, build, outputs in (("score", score_messages, score_outputs), ("hint", hint_messages, hint_outputs)):
+            ids = self._fit(build, texts, pending.next_role)
             for i in range(m):
-                outputs.append(self._vote(ids, seed=turn.id * 1000 + (0 if kind == "score" else 500) + i))
+                seed = turn.id * 1000 + (0 if kind == "score" else 500) + i
+                outputs.append(self._vote(ids, seed=seed, grammar=grammars.get(kind)))
                 if on_progress is not None:
                     on_progress(VoteProgress(turn.id, kind, len(score_outputs) + len(hint_outputs), 2 * m))
         votes = [parse_score(o) for o in score_outputs]
@@ -102,7 +102,18 @@ class Judge:
             note=note,
         )
 
-    def _vote(self, ids: list[int], *, seed: int) -> str:
+    def _fit(self, build, texts: tuple[str, str, str], role: str) -> list[int]:
+        """Render a judge prompt, clipping the quoted texts until it fits the context window."""
+        room = self.engine.n_ctx - self.config.max_tokens
+        limit = max(200, room - 512)  # characters per quoted text; ~3 chars per token, 3 texts
+        while True:
+            clipped = [_clip(t, limit) for t in texts]
+            ids = self.engine.tokenize(self.engine.render(build(*clipped, role), thinking=False))
+            if len(ids) <= room or limit <= 50:
+                return ids[: max(1, room)]
+            limit //= 2
+
+    def _vote(self, ids: list[int], *, seed: int, grammar: str | None = None) -> str:
         cfg = self.config
         so_far: list[int] = []
         while True:
@@ -118,10 +129,13 @@ class Judge:
                 resume_ids=so_far,
                 seed=seed + 7919 * len(so_far),  # a resumed vote continues with a fresh stream
                 prompt_chunk=JUDGE_PROMPT_CHUNK,
+                grammar=grammar,
             )
             if reply.status != "cancelled":
                 return reply.raw_text
-            so_far = reply.reply_ids  # paused for the chat: resume from here
+            # Paused for the chat. Free text resumes where it stopped; a grammar-constrained
+            # vote restarts, since the grammar's state cannot be restored mid-way (votes are short).
+            so_far = [] if grammar else reply.reply_ids
             if len(so_far) >= cfg.max_tokens:
                 return reply.raw_text
 
@@ -146,3 +160,11 @@ class Judge:
         if render(turn.user_content) != served_ids:
             return None, "served prompt could not be rebuilt exactly; no OPD prompt"
         return render(enhanced_user), ""
+
+
+def _clip(text: str, limit: int) -> str:
+    """Keep the head and tail of an over-long text: the judge needs its gist, not all of it."""
+    if len(text) <= limit:
+        return text
+    half = max(1, (limit - 7) // 2)
+    return f"{text[:half]} […] {text[-half:]}"

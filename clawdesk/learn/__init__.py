@@ -1,0 +1,1 @@
+"""Learn stage: objective, samples, trainer, adapter writer."""

@@ -1,0 +1,159 @@
+"""The training objective: Binary RL plus on-policy distillation, PPO-clipped, with a k3 KL term.
+
+This module owns the loss and nothing else: it sees per-token log-probabilities of the reply
+tokens and returns a scalar. Building samples, computing the log-probs and stepping the optimizer
+belong to the trainer.
+
+For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
+
+    A[b,t]   = w_binary·reward[b] + w_opd·has_hint[b]·(teacher_logp[b,t] − old_logp[b,t])
+    ρ[b,t]   = exp(logp[b,t] − old_logp[b,t])
+    pg[b,t]  = −min(ρ·A, clip(ρ, 1 − eps, 1 + eps_high)·A)
+    kl[b,t]  = exp(ref_logp − logp) − (ref_logp − logp) − 1          (k3 estimator, ≥ 0)
+    ℓ[b,t]   = pg[b,t] + beta_kl·kl[b,t]
+    loss     = mean over samples with ≥ 1 reply token of  Σ_t mask·ℓ / Σ_t mask
+
+Only ``logp`` carries gradient; the other log-probs, the reward and the hint flag are constants.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clawdesk.errors import TrainError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def combined_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    reward: torch.Tensor,
+    has_hint: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    w_binary: float = 1.0,
+    w_opd: float = 1.0,
+    eps: float = 0.2,
+    eps_high: float = 0.28,
+    beta_kl: float = 0.02,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Combined Binary-RL + OPD clipped policy loss with a k3 KL penalty to the reference.
+
+    See the module docstring for the formula. Arguments:
+
+    - ``logp``: current policy log-probs of the reply tokens, ``(B, T)``; the only input with grad.
+    - ``old_logp``: log-probs of the policy that the samples are treated as drawn from, ``(B, T)``.
+    - ``teacher_logp``: log-probs under the hint-enhanced context, ``(B, T)``; ignored where
+      ``has_hint`` is false.
+    - ``ref_logp``: log-probs of the frozen reference (the base model), ``(B, T)``.
+    - ``reward``: the judge's ``r_final`` per sample, ``(B,)`` float.
+    - ``has_hint``: whether the sample has an accepted hint (OPD signal), ``(B,)`` bool.
+    - ``mask``: which positions are reply tokens, ``(B, T)`` bool or float. A float mask is used as
+      non-negative per-token weights (0/1 is the usual case).
+
+    Values at masked-out positions never reach the loss or the gradient, even if they are
+    ``inf`` or ``nan`` (padding often is). A sample with no reply tokens contributes nothing; if
+    no sample has any, the loss is a zero still connected to ``logp`` so ``backward()`` works.
+
+    Returns ``(loss, metrics)``; ``loss`` is a 0-dim tensor and metrics are python floats:
+    ``loss``; token-weighted masked means over all reply tokens ``pg_loss``, ``kl``, ``adv_mean``,
+    ``ratio_mean`` and ``clip_frac`` (fraction of tokens where the min picked the clipped term
+    and it differs from the unclipped one); ``opd_adv_mean`` (mean of the OPD term
+    ``w_opd·(teacher − old)`` over reply tokens of hinted samples, 0 if none); ``reward_mean``
+    (over samples with reply tokens, 0 if none); counts ``n_tokens`` (mask sum), ``n_samples``
+    and ``n_hinted`` (samples with reply tokens, and those of them with a hint).
+    """
+    import torch
+
+    _check(logp, old_logp, teacher_logp, ref_logp, reward, has_hint, mask, eps=eps, eps_high=eps_high)
+
+    # Compute in at least fp32: exp() of bf16 log-ratios is too coarse to see clipping boundaries.
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    keep = mask != 0  # (B, T) bool
+    weight = mask.to(dtype) if mask.is_floating_point() else keep.to(dtype)  # (B, T)
+    zero = torch.zeros((), dtype=dtype, device=logp.device)
+
+    # where() (not multiplication by the mask) so inf/nan at padding cannot leak into the loss
+    # or, through 0·inf, into the gradient.
+    lp = torch.where(keep, logp.to(dtype), zero)  # (B, T) grad flows at kept positions only
+    old = torch.where(keep, old_logp.detach().to(dtype), zero)  # (B, T)
+    teacher = torch.where(keep, teacher_logp.detach().to(dtype), zero)  # (B, T)
+    ref = torch.where(keep, ref_logp.detach().to(dtype), zero)  # (B, T)
+    r = reward.detach().to(dtype)[:, None]  # (B, 1)
+    hinted = has_hint.detach() != 0  # (B,) bool
+    h = hinted.to(dtype)[:, None]  # (B, 1)
+
+    opd = w_opd * h * (teacher - old)  # (B, T) on-policy distillation advantage
+    adv = w_binary * r + opd  # (B, T)
+
+    ratio = torch.exp(lp - old)  # (B, T)
+    unclipped = ratio * adv  # (B, T)
+    clipped = ratio.clamp(1.0 - eps, 1.0 + eps_high) * adv  # (B, T)
+    pg = -torch.minimum(unclipped, clipped)  # (B, T)
+
+    delta = ref - lp  # (B, T)
+    kl = torch.exp(delta) - delta - 1.0  # (B, T) k3 estimator of KL(policy ‖ ref)
+
+    per_token = pg + beta_kl * kl  # (B, T)
+
+    tokens = weight.sum(dim=-1)  # (B,)
+    present = tokens > 0  # (B,) samples that contribute
+    denom = torch.where(present, tokens, torch.ones_like(tokens))  # (B,) an empty sample must not divide by 0
+    sample_loss = (per_token * weight).sum(dim=-1) / denom  # (B,) masked token-mean per sample
+    n_samples = present.sum()  # ()
+    loss = (sample_loss * present.to(dtype)).sum() / n_samples.clamp_min(1).to(dtype)  # ()
+
+    with torch.no_grad():
+        clip_active = (clipped < unclipped).to(dtype)  # (B, T) the min picked the clipped term
+        hint_weight = weight * h  # (B, T)
+        n_tok = float(weight.sum())
+        metrics = {
+            "loss": float(loss.detach()),
+            "pg_loss": _masked_mean(pg, weight),
+            "kl": _masked_mean(kl, weight),
+            "adv_mean": _masked_mean(adv, weight),
+            "ratio_mean": _masked_mean(ratio, weight),
+            "clip_frac": _masked_mean(clip_active, weight),
+            "opd_adv_mean": _masked_mean(opd, hint_weight),
+            "reward_mean": float(r[present].mean()) if bool(present.any()) else 0.0,
+            "n_tokens": n_tok,
+            "n_samples": float(n_samples),
+            "n_hinted": float((present & hinted).sum()),
+        }
+    return loss, metrics
+
+
+def _masked_mean(x: torch.Tensor, weight: torch.Tensor) -> float:
+    total = float(weight.sum())
+    if total <= 0:
+        return 0.0
+    return float((x * weight).sum()) / total
+
+
+def _check(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    reward: torch.Tensor,
+    has_hint: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps: float,
+    eps_high: float,
+) -> None:
+    if logp.dim() != 2:
+        raise TrainError(f"combined_loss: logp must be (B, T) over reply tokens, got shape {tuple(logp.shape)}.")
+    shape = tuple(logp.shape)
+    for name, t in (("old_logp", old_logp), ("teacher_logp", teacher_logp), ("ref_logp", ref_logp), ("mask", mask)):
+        if tuple(t.shape) != shape:
+            raise TrainError(f"combined_loss: {name} has shape {tuple(t.shape)} but logp is {shape}; align them.")
+    for name, t in (("reward", reward), ("has_hint", has_hint)):
+        if tuple(t.shape) != shape[:1]:
+            raise TrainError(f"combined_loss: {name} must be (B,) = {shape[:1]}, got {tuple(t.shape)}.")
+    if not 0.0 <= eps < 1.0 or eps_high < 0.0:
+        raise TrainError(f"combined_loss: need 0 <= eps < 1 and eps_high >= 0, got eps={eps}, eps_high={eps_high}.")

@@ -1,0 +1,189 @@
+"""A tiny, random-weight Qwen3 GGUF that both llama.cpp and transformers load.
+
+It stands in for a real Qwen3 model wherever a test or bench script needs the whole stack (chat
+template with ``enable_thinking``, ``<think>`` tokens, LoRA on q/k/v/o/gate/up/down) but not a
+sensible answer. Everything is f32 so llama.cpp and transformers can be compared almost exactly.
+
+Two shapes are chosen to match how transformers reads a qwen3 GGUF: its config mapping ignores
+``qwen3.attention.key_length``, so ``head_dim`` always falls back to Qwen3Config's 128. We keep
+``head_dim = 128`` and let ``n_head * head_dim`` differ from ``hidden`` (Qwen3 allows it; llama.cpp
+reads the real value from ``attention.key_length``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+HEAD_DIM = 128  # what transformers assumes for qwen3 GGUFs, whatever the file says
+
+# In Qwen3 the chat markers are control tokens, while <think>/</think> are added tokens that are not
+# "special" (llama.cpp token type USER_DEFINED): both stacks match them whole in any text.
+CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+USER_DEFINED_TOKENS = ("<think>", "</think>")
+
+# A handful of byte-level BPE merges so ordinary text exercises the merge path (and the Qwen2
+# pre-tokenizer split) instead of falling apart into single bytes. Order is merge priority.
+MERGES = (
+    ("Ġ", "t"),
+    ("h", "e"),
+    ("Ġt", "he"),
+    ("i", "n"),
+    ("e", "r"),
+    ("Ġ", "a"),
+    ("o", "u"),
+    ("u", "s"),
+    ("us", "er"),
+    ("a", "s"),
+    ("as", "s"),
+    ("ass", "i"),
+    ("assi", "s"),
+    ("assis", "t"),
+    ("assist", "a"),
+    ("assista", "n"),
+    ("assistan", "t"),
+    ("Ċ", "Ċ"),
+    ("i", "s"),
+    ("Ġ", "is"),
+    ("o", "n"),
+    ("Ġ", "s"),
+)
+
+# Qwen3's template, cut down to what ClawDesk uses: system/user/assistant turns, earlier assistant
+# turns rendered with their answer only (thinking dropped), and a generation prompt that, with
+# enable_thinking=false, pre-fills an empty think block as the real template does.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'assistant' -%}"
+    "{%- set content = message.content -%}"
+    "{%- if '</think>' in content -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def byte_alphabet() -> list[str]:
+    """GPT-2's byte-to-unicode spelling of the 256 bytes, in GPT-2's token order."""
+    order = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    spelling = [*order]  # printable bytes spell as themselves
+    unprintable = [byte for byte in range(256) if byte not in order]
+    spelling += [256 + n for n in range(len(unprintable))]  # the rest: code points 256.. in byte order
+    return [chr(c) for c in spelling]
+
+
+def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of the tiny byte-level BPE vocabulary."""
+    tokens = byte_alphabet()
+    for left, right in MERGES:
+        tokens.append(left + right)
+    types = [1] * len(tokens)  # NORMAL
+    tokens += [*CONTROL_TOKENS, *USER_DEFINED_TOKENS]
+    types += [3] * len(CONTROL_TOKENS) + [4] * len(USER_DEFINED_TOKENS)  # CONTROL, USER_DEFINED
+    assert len(set(tokens)) == len(tokens), "duplicate token in the tiny vocabulary"
+    return tokens, types, [f"{left} {right}" for left, right in MERGES]
+
+
+def write_tiny_qwen3_gguf(
+    path: Path,
+    *,
+    seed: int = 0,
+    n_layers: int = 2,
+    hidden: int = 64,
+    n_head: int = 2,
+    n_head_kv: int = 1,
+    ffn: int = 128,
+    context_length: int = 512,
+    std: float = 0.02,
+    embed_std: float = 0.125,
+    rope_base: float = 1_000_000.0,
+    rms_eps: float = 1e-6,
+) -> Path:
+    """Write a random f32 Qwen3 GGUF (tied embeddings, head_dim 128) to ``path`` and return it.
+
+    Linear weights are N(0, ``std``); the tied embedding uses ``embed_std`` (≈ 1/sqrt(hidden), so
+    logits are O(1) rather than O(0.1)); RMSNorm weights are 1 + N(0, 0.1) so a mixed-up norm shows.
+    Same arguments, same bytes.
+    """
+    import gguf
+
+    path = Path(path)
+    rng = np.random.RandomState(seed)
+    tokens, types, merges = tiny_vocab()
+    vocab = len(tokens)
+    q_dim, kv_dim = n_head * HEAD_DIM, n_head_kv * HEAD_DIM
+
+    def linear(n_out: int, n_in: int) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * std).astype(np.float32)  # (out, in), as torch stores it
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    arch = gguf.MODEL_ARCH.QWEN3
+    names = gguf.get_tensor_name_map(arch, n_layers)
+    weights: dict[str, np.ndarray] = {
+        "model.embed_tokens": (rng.standard_normal((vocab, hidden)) * embed_std).astype(np.float32),
+    }
+    for i in range(n_layers):
+        p = f"model.layers.{i}"
+        weights |= {
+            f"{p}.input_layernorm": norm(hidden),
+            f"{p}.self_attn.q_proj": linear(q_dim, hidden),
+            f"{p}.self_attn.k_proj": linear(kv_dim, hidden),
+            f"{p}.self_attn.v_proj": linear(kv_dim, hidden),
+            f"{p}.self_attn.o_proj": linear(hidden, q_dim),
+            f"{p}.self_attn.q_norm": norm(HEAD_DIM),
+            f"{p}.self_attn.k_norm": norm(HEAD_DIM),
+            f"{p}.post_attention_layernorm": norm(hidden),
+            f"{p}.mlp.gate_proj": linear(ffn, hidden),
+            f"{p}.mlp.up_proj": linear(ffn, hidden),
+            f"{p}.mlp.down_proj": linear(hidden, ffn),
+        }
+    weights["model.norm"] = norm(hidden)
+
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(f"tiny-qwen3-seed{seed}")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(n_layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_rope_freq_base(rope_base)
+    writer.add_layer_norm_rms_eps(rms_eps)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    # As in real Qwen3 GGUFs: BOS and PAD are <|endoftext|> but never added; EOS ends a turn.
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    for hf_name, array in weights.items():
+        gguf_name = names.get_name(hf_name)
+        assert gguf_name is not None, hf_name
+        writer.add_tensor(f"{gguf_name}.weight", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
