@@ -1,0 +1,129 @@
+"""Hot-swapping GGUF LoRA adapters into the running llama.cpp engine (real SmolLM2)."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from clawdesk.engine import SamplingParams
+from clawdesk.errors import AdapterError
+from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.reload import ACTIVE_KEY, AdapterSwitch, active_version, select
+from clawdesk.store import now_iso
+
+# SmolLM2-135M: 30 layers, hidden 576, 9 heads / 3 KV heads of 64, FFN 1536.
+SHAPES = {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
+          "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}  # fmt: skip
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+
+
+def _lora_state(seed: int, r: int = 4, layers: int = 30) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    state = {}
+    for i in range(layers):
+        for name, (d_in, d_out) in SHAPES.items():
+            group = "self_attn" if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
+            key = f"base_model.model.model.layers.{i}.{group}.{name}"
+            state[f"{key}.lora_A.weight"] = rng.normal(0, 0.05, (r, d_in)).astype(np.float32)
+            state[f"{key}.lora_B.weight"] = rng.normal(0, 0.05, (d_out, r)).astype(np.float32)
+    return state
+
+
+def _add_version(store, tmp_path, n, *, status="ready", sha="test-sha", seed=0):
+    vdir = tmp_path / f"v{n}"
+    vdir.mkdir()
+    write_gguf_lora(_lora_state(seed), vdir / "adapter.gguf", arch="llama", alpha=8, rank=4, n_head=9, n_head_kv=3)
+    with store._write():
+        store.db.execute(
+            "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
+            " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, '{}', ?, ?)",
+            [
+                n,
+                status,
+                sha,
+                str(vdir),
+                json.dumps({"loss": 0.5}),
+                "collapsed" if status == "rejected" else "",
+                now_iso(),
+            ],
+        )
+
+
+@pytest.fixture
+def switch(engine, store):
+    sw = AdapterSwitch(engine, store)
+    yield sw
+    engine.clear_adapter()
+
+
+def test_swap_changes_output_without_reloading_the_base(engine, store, switch, tmp_path):
+    _add_version(store, tmp_path, 1)
+    prompt = engine.build_prompt("", [], "Name three fruits.", thinking=False, reply_room=64).token_ids
+    model_before = engine.llm._model.model
+    base = engine.generate(prompt, GREEDY)
+    switch.activate(1)
+    tuned = engine.generate(prompt, GREEDY)
+    assert engine.llm._model.model == model_before  # same native model: no reload
+    assert tuned.adapter_version == 1 and base.adapter_version is None
+    assert tuned.reply_ids != base.reply_ids
+    assert active_version(store) == 1
+    # Base weights on demand (the judge) and back, with no stale KV reuse in between.
+    assert engine.generate(prompt, GREEDY, use_adapter=False).reply_ids == base.reply_ids
+    assert engine.generate(prompt, GREEDY).reply_ids == tuned.reply_ids
+    switch.activate(None)
+    assert engine.generate(prompt, GREEDY).reply_ids == base.reply_ids
+    assert store.get_setting(ACTIVE_KEY) is None
+
+
+def test_reply_in_progress_finishes_on_the_old_adapter(engine, store, switch, tmp_path):
+    _add_version(store, tmp_path, 1)
+    prompt = engine.build_prompt("", [], "Tell me a long story.", thinking=False, reply_room=64).token_ids
+    started = threading.Event()
+    result = {}
+
+    def chat():
+        result["reply"] = engine.generate(
+            prompt, SamplingParams(temperature=0.0, max_tokens=40), on_delta=lambda d: started.set()
+        )
+        result["done_at"] = time.monotonic()
+
+    worker = threading.Thread(target=chat)
+    worker.start()
+    assert started.wait(30)
+    switch.activate(1)  # blocks on the engine lock until the reply is done
+    swapped_at = time.monotonic()
+    worker.join()
+    assert swapped_at >= result["done_at"]
+    assert result["reply"].adapter_version is None and result["reply"].status in ("finished", "length")
+    assert engine.adapter_version == 1
+
+
+def test_rejected_and_foreign_adapters_are_refused(engine, store, switch, tmp_path):
+    _add_version(store, tmp_path, 1, status="rejected")
+    _add_version(store, tmp_path, 2, sha="f" * 64, seed=1)
+    with pytest.raises(AdapterError, match="rejected"):
+        switch.activate(1)
+    with pytest.raises(AdapterError, match="trained on smollm2-135m"):
+        switch.activate(2)
+    with pytest.raises(AdapterError):
+        select(store, 1, base_sha256="test-sha", base_name="x")
+    assert engine.adapter_version is None and active_version(store) is None
+
+
+def test_rollback_and_sync(engine, store, switch, tmp_path):
+    _add_version(store, tmp_path, 1)
+    _add_version(store, tmp_path, 2, seed=2)
+    _add_version(store, tmp_path, 3, status="rejected", seed=3)
+    switch.activate(2)
+    assert switch.rollback() == 1 and engine.adapter_version == 1
+    assert switch.rollback() is None and engine.adapter_version is None
+    # The persisted choice (e.g. from `clawdesk adapters use 2`) is applied by sync().
+    store.set_setting(ACTIVE_KEY, 2)
+    assert switch.sync() is None and engine.adapter_version == 2
+    # A persisted choice that cannot be served falls back to the base with a message.
+    store.set_setting(ACTIVE_KEY, 3)
+    message = switch.sync()
+    assert message and "rejected" in message and engine.adapter_version is None
+    assert active_version(store) is None
