@@ -77,7 +77,7 @@ def cmd_chat(args: argparse.Namespace, config: Config) -> int:
     store = open_store(config)
     engine = load_engine(config, store, args.model)
     try:
-        ClawDeskApp(config, engine, store).run()
+        ClawDeskApp(config, engine, store, learning=True).run()
     finally:
         engine.close()
         store.close()
@@ -115,6 +115,11 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
                 session = service.new_session(store, incognito=args.incognito)
             if engine.identity.note:
                 print(f"[{engine.identity.note}]", file=sys.stderr)
+            from clawdesk.reload import AdapterSwitch
+
+            problem = AdapterSwitch(engine, store).sync()  # serve the chosen adapter version
+            if problem:
+                print(f"[{problem}]", file=sys.stderr)
             cancel = threading.Event()
 
             def show(delta) -> None:
