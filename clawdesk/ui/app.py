@@ -71,10 +71,11 @@ class ClawDeskApp(App[None]):
         Binding("ctrl+t", "toggle_thinking", "Thinking"),
         Binding("ctrl+y", "copy_reply", "Copy reply"),  # ChatInput gives up its Ctrl+Y (redo) for this
         Binding("f2", "rename_chat", "Rename", show=False),
-        Binding("f3", "rate(1)", "👍", show=False),
-        Binding("f4", "rate(-1)", "👎", show=False),
-        Binding("f5", "learned", "Learned"),
-        Binding("f6", "learning_screen", "Learning"),
+        Binding("f3", "rate(1)", "👍", show=False, priority=True),
+        Binding("f4", "rate(-1)", "👎", show=False, priority=True),
+        Binding("f5", "learned", "Learned", priority=True),
+        # priority: the message box (a TextArea) binds F6 to "select line"
+        Binding("f6", "learning_screen", "Learning", priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
@@ -525,6 +526,7 @@ class ClawDeskApp(App[None]):
         self.notify(("👍" if rating > 0 else "👎") + " noted for the last reply (it overrides the judge).", timeout=3)
         if self.learning is not None:
             self.learning.refresh()
+            self.learning.maybe_train()
 
     def _need_learning(self) -> LearningController | None:
         if self.learning is None:
@@ -532,11 +534,15 @@ class ClawDeskApp(App[None]):
         return self.learning
 
     def action_learned(self) -> None:
-        if (controller := self._need_learning()) is not None:
+        if isinstance(self.screen, LearnedScreen):  # F5 again closes it
+            self.screen.dismiss()
+        elif (controller := self._need_learning()) is not None:
             self.push_screen(LearnedScreen(controller))
 
     def action_learning_screen(self) -> None:
-        if (controller := self._need_learning()) is not None:
+        if isinstance(self.screen, LearningScreen):  # F6 again closes it
+            self.screen.dismiss()
+        elif (controller := self._need_learning()) is not None:
             self.push_screen(LearningScreen(controller))
 
     def action_train_now(self) -> None:

@@ -66,6 +66,7 @@ class LearningController:
         self.auto_train = auto_train
         self.state = TrainingState(batch_size=app.config.train.batch_size)
         self._proc: subprocess.Popen | None = None
+        self._versions_before = 0
         self.listeners: list[Callable[[TrainingState], None]] = []  # e.g. the learning screen
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -155,8 +156,12 @@ class LearningController:
             "--base", str(ident.path), "--base-name", ident.name, "--base-sha", ident.sha256,
             "--steps", "1", "--config-home", str(self.config.home),
         ]  # fmt: skip
-        if force and self.state.ready_samples < self.state.batch_size:
-            cmd += ["--batch-size", str(self.state.ready_samples)]
+        # The batch size is always explicit, so the process trains on exactly what this app counted.
+        batch = min(self.state.ready_samples, self.state.batch_size) if force else self.state.batch_size
+        cmd += ["--batch-size", str(batch)]
+        from clawdesk.reload import versions
+
+        self._versions_before = max((v.version for v in versions(self.app.store)), default=0)
         self.config.logs_dir.mkdir(parents=True, exist_ok=True)
         log = (self.config.logs_dir / "trainer.log").open("a", encoding="utf-8")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
@@ -190,9 +195,11 @@ class LearningController:
         self._publish()
 
     def _train_finished(self, code: int, last: dict[str, Any]) -> None:
+        from clawdesk.reload import versions as all_versions
+
         self._proc = None
         self.state.running = False
-        versions = last.get("versions") or []
+        versions = [v.version for v in all_versions(self.app.store) if v.version > self._versions_before]
         if code != 0:
             self.app.notify(f"Training failed: {last.get('error') or 'see logs/trainer.log'}", severity="error")
         elif versions:
@@ -200,7 +207,8 @@ class LearningController:
         elif last.get("message"):
             self.app.notify(last["message"], timeout=6)
         self.refresh()
-        self.maybe_train()  # more full batches may be waiting
+        if versions:
+            self.maybe_train()  # more full batches may be waiting
 
     def _activate_newest(self, versions: list[int]) -> None:
         from clawdesk.reload import version

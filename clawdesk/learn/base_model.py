@@ -1,0 +1,229 @@
+"""Loading the base weights the learner trains a LoRA on: the served GGUF, or a configured HF checkpoint.
+
+The adapter must fit the model llama.cpp serves, so the default base is that very GGUF, read by
+transformers and dequantized. On CUDA the base is held in 4-bit NF4 (QLoRA) with bf16 compute; on
+CPU it stays fp32 (bitsandbytes' CPU kernels also run NF4, so ``load_in_4bit=True`` can be asked for
+there, e.g. to test the QLoRA path without a GPU).
+
+transformers refuses a ``quantization_config`` together with ``gguf_file`` (GGUF loading is itself a
+"quantizer" there), so a GGUF base is loaded dequantized in the compute dtype on the CPU and its
+decoder linears are then swapped for NF4 ``bnb.nn.Linear4bit`` modules one by one, each quantized
+as it moves to the device: the device never holds the full-precision model. A checkpoint dir uses
+``BitsAndBytesConfig`` directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clawdesk.errors import TrainError
+
+log = logging.getLogger(__name__)
+
+# Never quantized: the output head (tied to the embedding in small models) must stay exact.
+_KEEP_FULL = ("lm_head",)
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    """What was loaded, for the trainer, the adapter writer and the metadata of each version."""
+
+    source: str  # the GGUF path, or the HF checkpoint dir
+    arch: str  # general.architecture of the served GGUF (the GGUF LoRA must name it)
+    model_type: str  # transformers' config.model_type
+    device: str
+    dtype: str  # compute dtype, e.g. "float32" / "bfloat16"
+    quantized: bool  # decoder linears held in 4-bit NF4
+    n_head: int
+    n_head_kv: int
+    vocab_size: int
+    n_params: int
+    load_seconds: float
+
+
+def gguf_architecture(gguf_path: Path) -> str:
+    """``general.architecture`` of a GGUF file (reads the header only; the tensors stay on disk)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"Cannot read the base model {gguf_path} ({exc}); is it a GGUF file?") from exc
+    field = reader.get_field(gguf.Keys.General.ARCHITECTURE)
+    if field is None:
+        raise TrainError(f"{gguf_path} has no general.architecture key; it is not a usable GGUF model.")
+    return str(field.contents())
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_base(
+    gguf_path: Path,
+    *,
+    hf_checkpoint: str = "",
+    device: str | None = None,
+    load_in_4bit: bool | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> tuple[Any, BaseInfo]:
+    """Load the frozen base model for LoRA training; returns ``(model, info)``.
+
+    ``gguf_path`` is the served GGUF: its weights are the base unless ``hf_checkpoint`` names an HF
+    checkpoint dir to train on instead (its architecture must match the GGUF's). ``device`` defaults
+    to CUDA when available, else CPU; ``load_in_4bit`` defaults to True on CUDA only. Status lines
+    ("reading ...", "loaded in ...") go to ``on_status`` and the module logger, because loading a
+    multi-GB GGUF takes a while. All parameters come back frozen, ``use_cache`` off.
+    """
+    import torch
+
+    gguf_path = Path(gguf_path)
+    device = device or default_device()
+    if load_in_4bit is None:
+        load_in_4bit = device.startswith("cuda")
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+    def status(msg: str) -> None:
+        log.info(msg)
+        if on_status is not None:
+            on_status(msg)
+
+    if not gguf_path.is_file():
+        raise TrainError(f"The base model {gguf_path} does not exist; train needs the GGUF that the chat serves.")
+    arch = gguf_architecture(gguf_path)
+    started = time.perf_counter()
+    if hf_checkpoint:
+        model = _load_checkpoint(Path(hf_checkpoint).expanduser(), device, dtype, load_in_4bit, status)
+        source = str(hf_checkpoint)
+    else:
+        model = _load_gguf(gguf_path, device, dtype, load_in_4bit, status)
+        source = str(gguf_path)
+    if hf_checkpoint and model.config.model_type != arch:
+        raise TrainError(
+            f"The checkpoint {hf_checkpoint} is a {model.config.model_type!r} model but the served GGUF {gguf_path} "
+            f"is {arch!r}; an adapter trained on it would not fit. Point train.hf_checkpoint at the matching model."
+        )
+    model.config.use_cache = False  # training never decodes; a KV cache only costs memory
+    for param in model.parameters():
+        param.requires_grad_(False)
+    cfg = model.config
+    info = BaseInfo(
+        source=source,
+        arch=arch,
+        model_type=cfg.model_type,
+        device=device,
+        dtype=str(dtype).removeprefix("torch."),
+        quantized=bool(load_in_4bit),
+        n_head=int(cfg.num_attention_heads),
+        n_head_kv=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        vocab_size=int(cfg.vocab_size),
+        n_params=int(model.num_parameters()),  # counts NF4-packed weights at full size
+        load_seconds=time.perf_counter() - started,
+    )
+    status(
+        f"base loaded in {info.load_seconds:.1f} s: {info.model_type}, {info.n_params / 1e6:.1f} M params "
+        f"on {device} ({'NF4 + ' if info.quantized else ''}{info.dtype})"
+    )
+    return model, info
+
+
+def _load_gguf(path: Path, device: str, dtype, load_in_4bit: bool, status: Callable[[str], None]):
+    from transformers import AutoModelForCausalLM
+
+    size_gb = path.stat().st_size / 1e9
+    status(f"reading {path.name} ({size_gb:.2f} GB) with transformers and dequantizing it; this can take minutes")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise TrainError(
+            f"transformers could not load {path} as a training base ({exc}). Its architecture may not be "
+            "supported for GGUF loading; set train.hf_checkpoint to an HF checkpoint dir of the same model."
+        ) from exc
+    if load_in_4bit:
+        status(f"quantizing the decoder linears to 4-bit NF4 on {device}")
+        _to_nf4(model, device, dtype)
+    model.to(device)
+    return model
+
+
+def _load_checkpoint(path: Path, device: str, dtype, load_in_4bit: bool, status: Callable[[str], None]):
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    if not path.is_dir():
+        raise TrainError(f"train.hf_checkpoint {path} is not a directory; give the dir holding config.json.")
+    status(f"loading the HF checkpoint {path}")
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if load_in_4bit:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+        )
+        kwargs["device_map"] = {"": device}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise TrainError(f"transformers could not load the checkpoint {path} ({exc}).") from exc
+    if not load_in_4bit:
+        model.to(device)
+    else:
+        _keep_trainable_on_cpu(model)
+    return model
+
+
+def _to_nf4(model, device: str, dtype) -> None:
+    """Swap every decoder ``nn.Linear`` for an NF4 ``bnb.nn.Linear4bit``, quantized as it lands on ``device``.
+
+    Same settings as ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+    bnb_4bit_compute_dtype=dtype)`` (no double quantization). peft recognizes these modules and puts
+    its QLoRA layers on them.
+    """
+    import bitsandbytes as bnb
+    import torch
+
+    targets = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is torch.nn.Linear and name not in _KEEP_FULL
+    ]
+    for parent, name, child in targets:
+        q = bnb.nn.Linear4bit(
+            child.in_features,
+            child.out_features,
+            bias=child.bias is not None,
+            compute_dtype=dtype,
+            compress_statistics=False,
+            quant_type="nf4",
+            device="meta",  # no throw-away init of a full-size weight
+        )
+        weight = bnb.nn.Params4bit(
+            child.weight.data, requires_grad=False, compress_statistics=False, quant_type="nf4", module=q
+        )
+        q.weight = weight.to(device)  # Params4bit quantizes on its first move to a device
+        if child.bias is not None:
+            q.bias = torch.nn.Parameter(child.bias.data.to(device), requires_grad=False)
+        setattr(parent, name, q)
+    model.is_loaded_in_4bit = True  # what peft and transformers check for a k-bit base
+    _keep_trainable_on_cpu(model)
+
+
+def _keep_trainable_on_cpu(model) -> None:
+    """Stop bitsandbytes from repacking NF4 weights for CPU inference.
+
+    On a CPU with AVX512-BF16, the first eval-mode no-grad forward of a ``Linear4bit`` (our scoring
+    pass) repacks its weight into a layout whose matmul has no autograd: from then on no gradient
+    flows back through the base linears, so every LoRA before the last o_proj/down_proj silently
+    stops learning. Measured here with bitsandbytes 0.50.2; harmless on GPUs.
+    """
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False

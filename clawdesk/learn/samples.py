@@ -1,0 +1,132 @@
+"""Training samples: which logged turns the learner may use, and their exact token ids.
+
+A turn becomes a sample when all of these hold:
+
+- it was judged (``judgments.status = 'judged'``) and served by the base being trained
+  (``turns.model_sha256``);
+- learning was ON when it happened (``turns.learning = 1``), its session is not incognito and it
+  was not vetoed (``feedback.vetoed``);
+- it carries a signal: a non-zero reward (the thumbs rating in ``feedback.rating`` overrides the
+  judge's ``judgments.reward``) or an accepted hint *with* the teacher's prompt tokens
+  (``judgments.enhanced_prompt_ids``; a hint without them gives no on-policy distillation);
+- no adapter version has used it yet (``adapter_samples.turn_id`` is UNIQUE: trained on once);
+- it has at least one prompt and one reply token.
+
+The prompt and reply ids are the ones stored when the reply was served (``turn_tokens``), so the
+learner scores exactly what the user saw. All selection happens in SQL so that :func:`count_ready`
+(the UI's "progress toward the next step") and :func:`ready_samples` can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clawdesk.store.log import Store
+from clawdesk.store.tokens import unpack_ids
+
+# Turns the learner may ever look at: same base, learning ON, not incognito, not vetoed, has tokens.
+_ELIGIBLE = """
+    FROM turns t
+    JOIN sessions s ON s.id = t.session_id
+    JOIN turn_tokens tt ON tt.turn_id = t.id
+    LEFT JOIN judgments j ON j.turn_id = t.id
+    LEFT JOIN feedback f ON f.turn_id = t.id
+    LEFT JOIN adapter_samples a ON a.turn_id = t.id
+    WHERE t.model_sha256 = :sha AND t.learning = 1 AND s.incognito = 0 AND coalesce(f.vetoed, 0) = 0
+      AND t.n_reply_tokens > 0 AND t.n_prompt_tokens > 0
+"""
+# The effective reward: the explicit thumbs beats the judge's majority vote.
+_REWARD = "coalesce(f.rating, j.reward, 0)"
+_HAS_TEACHER = "(j.hint IS NOT NULL AND j.enhanced_prompt_ids IS NOT NULL AND length(j.enhanced_prompt_ids) > 0)"
+_READY = f"""
+    {_ELIGIBLE}
+      AND j.status = 'judged' AND a.turn_id IS NULL
+      AND ({_REWARD} != 0 OR {_HAS_TEACHER})
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training (or held-out) example: s_t, a_t as served, the reward and the OPD teacher prompt."""
+
+    turn_id: int
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    reward: float
+    hint: str | None
+    teacher_prompt_ids: list[int] | None  # s_t with the hint appended; None = no OPD signal
+
+    @property
+    def has_hint(self) -> bool:
+        """Whether this sample carries an on-policy-distillation signal (a hint with teacher tokens)."""
+        return self.teacher_prompt_ids is not None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.reply_ids)
+
+
+def ready_samples(store: Store, base_sha256: str, *, limit: int | None = None) -> list[Sample]:
+    """Samples not yet trained on for the base ``base_sha256``, oldest turn first."""
+    sql = f"""
+        SELECT t.id, tt.prompt_ids, tt.reply_ids, {_REWARD} AS reward, j.hint, j.enhanced_prompt_ids,
+               {_HAS_TEACHER} AS has_teacher
+        {_READY}
+        ORDER BY t.id
+    """
+    params: dict[str, object] = {"sha": base_sha256}
+    if limit is not None:
+        sql += " LIMIT :limit"
+        params["limit"] = int(limit)
+    out = []
+    for row in store.db.execute(sql, params).fetchall():
+        turn_id, prompt_blob, reply_blob, reward, hint, enhanced_blob, has_teacher = row
+        out.append(
+            Sample(
+                turn_id=turn_id,
+                prompt_ids=unpack_ids(prompt_blob),
+                reply_ids=unpack_ids(reply_blob),
+                reward=float(reward),
+                hint=hint,
+                teacher_prompt_ids=unpack_ids(enhanced_blob) if has_teacher else None,
+            )
+        )
+    return out
+
+
+def count_ready(store: Store, base_sha256: str) -> int:
+    """How many samples :func:`ready_samples` would return (for "n of batch_size until the next step")."""
+    row = store.db.execute(f"SELECT count(*) {_READY}", {"sha": base_sha256}).fetchone()
+    return int(row[0])
+
+
+def heldout_replies(store: Store, base_sha256: str, exclude: set[int], n: int = 8) -> list[Sample]:
+    """Up to ``n`` earlier replies of this base for validation, newest first, none of them in ``exclude``.
+
+    Any finished turn the learner may look at qualifies (judged or not, already trained on or not),
+    except replies known to be bad (effective reward −1): an adapter is *meant* to make those less
+    likely, so a falling log-prob on them is no sign of collapse. Held-out samples carry no hint.
+    """
+    sql = f"""
+        SELECT t.id, tt.prompt_ids, tt.reply_ids, {_REWARD} AS reward
+        {_ELIGIBLE}
+          AND t.status = 'finished' AND {_REWARD} >= 0
+        ORDER BY t.id DESC
+    """
+    out: list[Sample] = []
+    for turn_id, prompt_blob, reply_blob, reward in store.db.execute(sql, {"sha": base_sha256}):
+        if turn_id in exclude:
+            continue
+        out.append(
+            Sample(
+                turn_id=turn_id,
+                prompt_ids=unpack_ids(prompt_blob),
+                reply_ids=unpack_ids(reply_blob),
+                reward=float(reward),
+                hint=None,
+                teacher_prompt_ids=None,
+            )
+        )
+        if len(out) >= n:
+            break
+    return out

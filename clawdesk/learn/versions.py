@@ -1,0 +1,354 @@
+"""Adapter versions: the files of each version on disk, its ``adapters`` row, and the llama.cpp load check.
+
+Version ``N`` lives in ``<adapters dir>/v<N>``::
+
+    adapter_config.json, adapter_model.safetensors   PEFT (model.save_pretrained), for further training
+    adapter.gguf                                     GGUF LoRA, what llama.cpp serves
+    metadata.json                                    base name + sha256, samples, metrics, validation
+
+The dir is filled under a hidden staging name and renamed into place only when complete, then the
+``adapters`` row and its ``adapter_samples`` rows are written in one transaction, so a crash leaves
+either nothing or a dir without a row (its number is then skipped, never reused). Only rows with
+status ``'ready'`` are ever served; ``'rejected'`` ones stay on disk and in the log for inspection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clawdesk.errors import AdapterError, NotFoundError, TrainError
+from clawdesk.learn.samples import Sample
+from clawdesk.store.log import Store
+
+ADAPTER_GGUF = "adapter.gguf"
+METADATA_JSON = "metadata.json"
+_VERSION_DIR = re.compile(r"^v(\d+)$")
+
+
+@dataclass(frozen=True)
+class AdapterVersion:
+    """One row of ``adapters``: a trained adapter, served only when ``status == 'ready'``."""
+
+    version: int
+    status: str  # 'ready' | 'rejected'
+    parent_version: int | None
+    base_name: str
+    base_sha256: str
+    path: Path
+    n_samples: int
+    metrics: dict[str, float]
+    validation: dict[str, Any]
+    note: str
+    created_at: str
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    @property
+    def gguf_path(self) -> Path:
+        """The GGUF LoRA to hand llama.cpp (``Engine.load_adapter``)."""
+        return self.path / ADAPTER_GGUF
+
+    @property
+    def peft_dir(self) -> Path:
+        """The PEFT adapter dir (``PeftModel.from_pretrained(base, peft_dir)``)."""
+        return self.path
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> AdapterVersion:
+        return cls(
+            version=row["version"],
+            status=row["status"],
+            parent_version=row["parent_version"],
+            base_name=row["base_name"],
+            base_sha256=row["base_sha256"],
+            path=Path(row["path"]),
+            n_samples=row["n_samples"],
+            metrics=json.loads(row["metrics"]),
+            validation=json.loads(row["validation"]),
+            note=row["note"],
+            created_at=row["created_at"],
+        )
+
+
+def list_versions(store: Store, base_sha256: str | None = None) -> list[AdapterVersion]:
+    """All adapter versions, oldest first; only those of one base when ``base_sha256`` is given."""
+    sql, params = "SELECT * FROM adapters", []
+    if base_sha256 is not None:
+        sql, params = sql + " WHERE base_sha256 = ?", [base_sha256]
+    return [AdapterVersion.from_row(r) for r in store.db.query(sql + " ORDER BY version", params)]
+
+
+def get_version(store: Store, version: int) -> AdapterVersion:
+    rows = list(store.db.query("SELECT * FROM adapters WHERE version = ?", [version]))
+    if not rows:
+        raise NotFoundError(f"there is no adapter version v{version}; `clawdesk train` makes them")
+    return AdapterVersion.from_row(rows[0])
+
+
+def latest_ready(store: Store, base_sha256: str) -> AdapterVersion | None:
+    """The newest version that passed validation for this base: what to serve and to continue from."""
+    rows = list(
+        store.db.query(
+            "SELECT * FROM adapters WHERE base_sha256 = ? AND status = 'ready' ORDER BY version DESC LIMIT 1",
+            [base_sha256],
+        )
+    )
+    return AdapterVersion.from_row(rows[0]) if rows else None
+
+
+def version_samples(store: Store, version: int) -> list[dict[str, Any]]:
+    """The turns version ``version`` was trained on: ``[{turn_id, reward, has_hint}]``."""
+    rows = store.db.query(
+        "SELECT turn_id, reward, has_hint FROM adapter_samples WHERE version = ? ORDER BY turn_id", [version]
+    )
+    return [{"turn_id": r["turn_id"], "reward": r["reward"], "has_hint": bool(r["has_hint"])} for r in rows]
+
+
+def next_version(store: Store, adapters_dir: Path) -> int:
+    """One past the highest version in the log *or* on disk (a dir left by a crash is never overwritten)."""
+    row = store.db.execute("SELECT coalesce(max(version), 0) FROM adapters").fetchone()
+    on_disk = [int(m[1]) for p in _list_dir(adapters_dir) if (m := _VERSION_DIR.match(p.name))]
+    return max([row[0], *on_disk]) + 1
+
+
+def _list_dir(path: Path) -> list[Path]:
+    return list(path.iterdir()) if path.is_dir() else []
+
+
+def staging_dir(adapters_dir: Path, version: int) -> Path:
+    """An empty hidden dir to fill with version ``version``'s files before :func:`publish` renames it."""
+    staged = adapters_dir / f".staging-v{version}"
+    try:
+        adapters_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if staged.exists():  # left by a run that crashed; the run lock says nobody else owns it
+            shutil.rmtree(staged)
+        staged.mkdir(mode=0o700)
+    except OSError as exc:
+        raise TrainError(f"Cannot create {staged} ({exc}); check that {adapters_dir} is writable.") from exc
+    return staged
+
+
+def write_adapter(model, out_dir: Path, *, arch: str, n_head: int, n_head_kv: int) -> dict[str, Any]:
+    """Save ``model`` (a PeftModel) into ``out_dir`` as a PEFT dir plus ``adapter.gguf``; return the LoRA shape."""
+    from peft import get_peft_model_state_dict
+
+    from clawdesk.learn.gguf_lora import write_gguf_lora
+
+    cfg = model.peft_config["default"]
+    try:
+        # No embedding layers are adapted; "auto" would look for the base's config.json, even on the Hub.
+        model.save_pretrained(str(out_dir), save_embedding_layers=False)
+    except OSError as exc:
+        raise TrainError(f"Cannot write the PEFT adapter to {out_dir} ({exc}); check free disk space.") from exc
+    write_gguf_lora(
+        get_peft_model_state_dict(model, save_embedding_layers=False),
+        out_dir / ADAPTER_GGUF,
+        arch=arch,
+        alpha=float(cfg.lora_alpha),
+        rank=int(cfg.r),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+    )
+    return {"r": int(cfg.r), "alpha": float(cfg.lora_alpha), "target_modules": sorted(cfg.target_modules)}
+
+
+def write_metadata(out_dir: Path, metadata: dict[str, Any]) -> None:
+    try:
+        (out_dir / METADATA_JSON).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise TrainError(f"Cannot write {out_dir / METADATA_JSON} ({exc}); check free disk space.") from exc
+
+
+def publish(staged: Path, adapters_dir: Path, version: int) -> Path:
+    """Rename the complete staging dir to ``<adapters_dir>/v<version>`` (atomic on one filesystem)."""
+    final = adapters_dir / f"v{version}"
+    if final.exists():
+        raise TrainError(f"{final} already exists; adapter versions are never overwritten. Move it aside and retry.")
+    try:
+        os.rename(staged, final)
+    except OSError as exc:
+        raise TrainError(f"Cannot move {staged} to {final} ({exc}).") from exc
+    return final
+
+
+def record_version(
+    store: Store,
+    *,
+    version: int,
+    status: str,
+    parent_version: int | None,
+    base_name: str,
+    base_sha256: str,
+    path: Path,
+    samples: Sequence[Sample],
+    metrics: dict[str, float],
+    validation: dict[str, Any],
+    note: str,
+    created_at: str,
+) -> AdapterVersion:
+    """Insert the ``adapters`` row and one ``adapter_samples`` row per sample, in one transaction.
+
+    Rejected versions record their samples too: they are spent either way, so a batch that wrecks
+    the model is not retried forever.
+    """
+    if status not in ("ready", "rejected"):
+        raise ValueError(f"bad adapter status {status!r}")
+    with store._write():
+        marks = ",".join("?" * len(samples))
+        used = store.db.execute(
+            f"SELECT turn_id, version FROM adapter_samples WHERE turn_id IN ({marks})", [s.turn_id for s in samples]
+        ).fetchall()
+        if used:
+            spent = ", ".join(f"turn {t} (v{v})" for t, v in used)
+            raise TrainError(
+                f"Cannot record v{version}: {spent} were already trained on; each turn is used once. "
+                "Was another training run going on at the same time? Nothing was recorded; train again."
+            )
+        store.db.execute(
+            """INSERT INTO adapters(version, status, parent_version, base_name, base_sha256, path, n_samples,
+                   metrics, validation, note, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [
+                version, status, parent_version, base_name, base_sha256, str(path), len(samples),
+                json.dumps(metrics), json.dumps(validation), note, created_at,
+            ],
+        )  # fmt: skip
+        for s in samples:
+            store.db.execute(
+                "INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, ?, ?)",
+                [version, s.turn_id, s.reward, int(s.has_hint)],
+            )
+    return get_version(store, version)
+
+
+def check_in_llama_cpp(base_gguf: Path, adapter_gguf: Path, probe_ids: Iterable[int]) -> dict[str, Any]:
+    """Load ``adapter_gguf`` onto ``base_gguf`` in llama.cpp, evaluate a few tokens, return the findings.
+
+    ``{"loads": bool, "finite": bool, "n_probe_tokens": int, "error": str}``: ``loads`` is whether
+    llama.cpp accepted the adapter for this base (its own shape and arch checks), ``finite`` whether
+    the logits after ``probe_ids`` (cut to 16 tokens) are finite with the adapter applied. The serving
+    engine uses the same calls (see ``Engine.load_adapter``).
+    """
+    import ctypes
+
+    import llama_cpp
+    import numpy as np
+
+    probe = list(probe_ids)[:16] or [0]
+    result: dict[str, Any] = {"loads": False, "finite": False, "n_probe_tokens": len(probe), "error": ""}
+    try:
+        # logits_all: llama-cpp-python keeps no logits of eval() otherwise (64 rows are cheap).
+        llm = llama_cpp.Llama(
+            model_path=str(base_gguf), n_ctx=64, n_batch=64, n_threads=1, logits_all=True, verbose=False
+        )
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise AdapterError(f"llama.cpp could not load the base {base_gguf} to check the adapter ({exc}).") from exc
+    try:
+        adapter = llama_cpp.llama_adapter_lora_init(llm._model.model, str(adapter_gguf).encode("utf-8"))
+        if not adapter:
+            result["error"] = f"llama.cpp rejected {adapter_gguf} for the base {base_gguf.name}"
+            return result
+        result["loads"] = True
+        try:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter)
+            scales = (ctypes.c_float * 1)(1.0)
+            if llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, adapters, 1, scales) != 0:
+                result["error"] = "llama.cpp refused to apply the adapter to a context"
+                return result
+            llm.reset()
+            llm.eval(probe)
+            logits = np.asarray(llm.scores[llm.n_tokens - 1])  # (vocab,) the last position's logits
+            result["finite"] = bool(np.isfinite(logits).all())
+            if not result["finite"]:
+                result["error"] = "llama.cpp logits with the adapter contain inf/nan"
+        finally:
+            llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, None, 0, None)
+            llama_cpp.llama_adapter_lora_free(adapter)
+    finally:
+        llm.close()
+    return result
+
+
+def validate(
+    base_gguf: Path,
+    adapter_gguf: Path,
+    probe_ids: Iterable[int],
+    *,
+    heldout_ids: Sequence[int],
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    max_drop: float,
+) -> dict[str, Any]:
+    """Decide whether a new version may be served; returns the ``validation`` record of its row.
+
+    Checks: llama.cpp loads the GGUF LoRA onto the base and gives finite logits
+    (:func:`check_in_llama_cpp`); the transformers log-probs with the adapter (``after``:
+    ``{"mean", "n_tokens", "finite"}``) are finite; and the mean log-prob per token of the held-out
+    replies fell by at most ``max_drop`` nats against ``before`` (the previous version, or the
+    base, on the same replies). Without held-out replies (``before`` None) that last check is
+    skipped and says so. ``passed`` is the verdict, ``problems`` the reasons, for the row's note.
+    """
+    llama = check_in_llama_cpp(base_gguf, adapter_gguf, probe_ids)
+    problems = []
+    if not llama["loads"] or not llama["finite"]:
+        problems.append(f"llama.cpp check failed ({llama['error']})")
+    if not after["finite"]:
+        problems.append("transformers log-probs with the adapter are not finite")
+    held: dict[str, Any] = {"turn_ids": list(heldout_ids), "max_drop": max_drop}
+    if before is not None:
+        drop = before["mean"] - after["mean"]
+        held |= {"n_tokens": after["n_tokens"], "logp_before": before["mean"], "logp_after": after["mean"]}
+        held["drop"] = drop
+        if not drop <= max_drop:  # `not <=` so that a nan drop fails too
+            problems.append(
+                f"held-out log-prob fell by {drop:.4g} nats/token (allowed {max_drop:g}): the adapter damages "
+                "earlier replies"
+            )
+    else:
+        held["skipped"] = "no earlier replies to hold out yet"
+    return {
+        "passed": not problems,
+        "problems": "; ".join(problems),
+        "llama_cpp": llama,
+        "finite": after["finite"],
+        "heldout": held,
+    }
+
+
+@contextlib.contextmanager
+def run_lock(adapters_dir: Path) -> Iterator[None]:
+    """Hold ``<adapters_dir>/.train.lock``: one training run per adapters dir, or a :class:`TrainError`.
+
+    Two runs would race for version numbers and samples. POSIX advisory lock, released when the
+    process ends however it ends; where ``fcntl`` is missing (Windows) the UNIQUE ``turn_id`` of
+    ``adapter_samples`` still refuses a second use of a turn.
+    """
+    try:
+        adapters_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle = open(adapters_dir / ".train.lock", "w")  # noqa: SIM115 -- held for the whole run
+    except OSError as exc:
+        raise TrainError(f"Cannot use the adapters dir {adapters_dir} ({exc}); check its permissions.") from exc
+    try:
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise TrainError(
+                    f"Another training run is using {adapters_dir}; wait for it to finish, then try again."
+                ) from exc
+        yield
+    finally:
+        handle.close()  # closing releases the lock
