@@ -35,7 +35,7 @@ def _add_version(store, tmp_path, n, *, status="ready", sha="test-sha", seed=0):
     vdir = tmp_path / f"v{n}"
     vdir.mkdir()
     write_gguf_lora(_lora_state(seed), vdir / "adapter.gguf", arch="llama", alpha=8, rank=4, n_head=9, n_head_kv=3)
-    with store._write():
+    with store.transaction():
         store.db.execute(
             "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
             " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, '{}', ?, ?)",

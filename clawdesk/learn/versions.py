@@ -203,7 +203,7 @@ def record_version(
     """
     if status not in ("ready", "rejected"):
         raise ValueError(f"bad adapter status {status!r}")
-    with store._write():
+    with store.transaction():
         marks = ",".join("?" * len(samples))
         used = store.db.execute(
             f"SELECT turn_id, version FROM adapter_samples WHERE turn_id IN ({marks})", [s.turn_id for s in samples]

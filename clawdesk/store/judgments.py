@@ -98,7 +98,7 @@ def drop_stale(store: Store, max_age_hours: float, *, now: datetime | None = Non
     """Mark turns that never got a next state within ``max_age_hours`` as dropped."""
     cutoff = ((now or datetime.now(UTC)) - timedelta(hours=max_age_hours)).isoformat(timespec="milliseconds")
     rows = list(store.db.query(f"SELECT t.id {_JUDGEABLE} AND {_NEXT} IS NULL AND t.finished_at < ?", [cutoff]))
-    with store._write():
+    with store.transaction():
         for row in rows:
             store.db.execute(
                 "INSERT INTO judgments(turn_id, status, note, judged_at) VALUES (?, 'dropped', ?, ?)",
@@ -108,7 +108,7 @@ def drop_stale(store: Store, max_age_hours: float, *, now: datetime | None = Non
 
 
 def save_judgment(store: Store, j: Judgment) -> None:
-    with store._write():
+    with store.transaction():
         store.db.execute(
             """INSERT OR REPLACE INTO judgments(turn_id, status, next_turn_id, prompt_version, judge_model_name,
                 judge_model_sha256, score_outputs, votes, reward, hint_outputs, hint, enhanced_user,
@@ -140,7 +140,7 @@ def set_rating(store: Store, turn_id: int, rating: int | None) -> None:
     if rating not in (None, -1, 1):
         raise ValueError("rating must be +1, -1 or None")
     store.get_turn(turn_id)
-    with store._write():
+    with store.transaction():
         store.db.execute(
             "INSERT INTO feedback(turn_id, rating, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(turn_id) DO UPDATE SET rating = excluded.rating, updated_at = excluded.updated_at",
@@ -151,12 +151,19 @@ def set_rating(store: Store, turn_id: int, rating: int | None) -> None:
 def set_veto(store: Store, turn_id: int, vetoed: bool = True) -> None:
     """A vetoed turn is never judged again and never trained on."""
     store.get_turn(turn_id)
-    with store._write():
+    with store.transaction():
         store.db.execute(
             "INSERT INTO feedback(turn_id, vetoed, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(turn_id) DO UPDATE SET vetoed = excluded.vetoed, updated_at = excluded.updated_at",
             [turn_id, int(vetoed), now_iso()],
         )
+
+
+def forget(store: Store, turn_id: int) -> None:
+    """Delete what was learned from a turn: its judgment goes and it is vetoed, so it is never re-judged."""
+    set_veto(store, turn_id, True)
+    with store.transaction():
+        store.db.execute("DELETE FROM judgments WHERE turn_id = ?", [turn_id])
 
 
 def last_turn_id(store: Store, session_id: int | None = None) -> int:

@@ -124,7 +124,7 @@ class Store:
     def close(self) -> None:
         self.db.conn.close()
 
-    def _write(self):
+    def transaction(self):
         """A transaction context; converts SQLite failures into :class:`StoreError`."""
         return _Tx(self)
 
@@ -135,7 +135,7 @@ class Store:
         return default if row is None else json.loads(row[0])
 
     def set_setting(self, key: str, value: Any) -> None:
-        with self._write():
+        with self.transaction():
             self.db.execute(
                 "INSERT INTO settings(key, value, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
@@ -155,7 +155,7 @@ class Store:
         self, *, system_prompt: str, title: str = "New chat", incognito: bool = False, thinking: bool = True
     ) -> Session:
         at = now_iso()
-        with self._write():
+        with self.transaction():
             cur = self.db.execute(
                 "INSERT INTO sessions(title, created_at, updated_at, incognito, thinking, system_prompt) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -199,12 +199,12 @@ class Store:
     def _update_session(self, session_id: int, **changes: Any) -> None:
         self.get_session(session_id)
         sets = ", ".join(f"{k} = ?" for k in changes)
-        with self._write():
+        with self.transaction():
             self.db.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [*changes.values(), session_id])
 
     def delete_session(self, session_id: int) -> None:
         self.get_session(session_id)
-        with self._write():
+        with self.transaction():
             self.db.execute("DELETE FROM sessions WHERE id = ?", [session_id])
 
     # -- turns ----------------------------------------------------------------------------
@@ -214,7 +214,7 @@ class Store:
         if turn.status not in ("finished", "cancelled", "length"):
             raise ValueError(f"bad turn status {turn.status!r}")
         session = self.get_session(session_id)
-        with self._write():
+        with self.transaction():
             seq_row = self.db.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE session_id = ?", [session_id]
             ).fetchone()
@@ -283,7 +283,7 @@ class Store:
         return row[0] if row else None
 
     def cache_sha256(self, path: Path, size: int, mtime_ns: int, sha256: str) -> None:
-        with self._write():
+        with self.transaction():
             self.db.execute(
                 "INSERT OR REPLACE INTO model_files(path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
                 [str(path), size, mtime_ns, sha256],
@@ -296,7 +296,7 @@ class Store:
 
 
 class _Tx:
-    """``with store._write():`` — one transaction, SQLite errors become StoreError."""
+    """``with store.transaction():`` — one transaction, SQLite errors become StoreError."""
 
     def __init__(self, store: Store):
         self.store = store

@@ -75,7 +75,7 @@ class ClawDeskApp(App[None]):
         Binding("f4", "rate(-1)", "👎", show=False, priority=True),
         Binding("f5", "learned", "Learned", priority=True),
         # priority: the message box (a TextArea) binds F6 to "select line"
-        Binding("f6", "learning_screen", "Learning", priority=True),
+        Binding("f6", "learning_screen", "Dashboard", priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Sparkline, Static
 
-from clawdesk.store.judgments import list_judged, set_rating, set_veto
+from clawdesk.store.judgments import forget, list_judged, set_rating, set_veto
 
 if TYPE_CHECKING:
     from clawdesk.ui.learning import LearningController, TrainingState
@@ -105,9 +105,7 @@ class LearnedScreen(Screen[None]):
         turn_id = self._current()
         if turn_id is None:
             return
-        set_veto(self.app.store, turn_id, True)
-        with self.app.store._write():
-            self.app.store.db.execute("DELETE FROM judgments WHERE turn_id = ?", [turn_id])
+        forget(self.app.store, turn_id)
         self.reload()
         self.controller.refresh()
         self.notify(f"Turn {turn_id} deleted from learning.")
