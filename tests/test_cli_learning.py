@@ -86,7 +86,7 @@ def test_learning_loop_from_the_cli(home, capsys, tmp_path):
     assert records[1]["reward"] == 1 and records[1]["label"] is True
     assert records[1]["prompt"][-1] == {"role": "user", "content": "Thanks! Name another one."}
     assert records[1]["prompt"][1] == {"role": "user", "content": "Name a colour."}
-    assert all("private" not in json.dumps(r) for r in records)
+    assert all("A private question" not in json.dumps(r) for r in records)  # incognito stays out
 
 
 @pytest.mark.slow
