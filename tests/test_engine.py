@@ -117,3 +117,40 @@ def test_truncated_gguf_fails_cleanly(tmp_path, demo_gguf):
     with pytest.raises(ModelError) as info:
         Engine.load(ResolvedModel(name="cut", path=cut), sha256="x", n_ctx=256, n_threads=1)
     assert "truncated" in str(info.value) and str(cut) in str(info.value)
+
+
+def test_qwen3_thinking_switch_and_think_split(tmp_path):
+    """On a (tiny, random) Qwen3 GGUF: enable_thinking reaches the template; <think> is split off."""
+    from clawdesk.engine import Engine
+    from clawdesk.models import ResolvedModel
+    from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
+
+    path = write_tiny_qwen3_gguf(tmp_path / "tiny-qwen3.gguf")
+    eng = Engine.load(ResolvedModel(name="tiny", path=path), sha256="t", n_ctx=512, n_threads=1)
+    try:
+        assert eng.identity.arch == "qwen3" and eng.supports_thinking
+        on = eng.build_prompt("", [], "Hi", thinking=True, reply_room=64)
+        off = eng.build_prompt("", [], "Hi", thinking=False, reply_room=64)
+        assert on.thinking and not off.thinking
+        assert off.text.endswith("<think>\n\n</think>\n\n") and not on.text.endswith("</think>\n\n")
+        reply = eng.generate(off.token_ids, SamplingParams(temperature=0.0, max_tokens=8))
+        assert reply.reply_ids and reply.status in ("finished", "length")
+    finally:
+        eng.close()
+
+
+def test_separate_judge_model(tmp_path, demo_gguf, engine):
+    """judge.model loads a second engine for judging; the served engine still renders the teacher prompt."""
+    from clawdesk.config import Config, JudgeConfig
+    from clawdesk.runtime import load_judge, open_store
+
+    config = Config(home=tmp_path, judge=JudgeConfig(model=str(demo_gguf)))
+    store = open_store(config)
+    try:
+        judge = load_judge(config, store, engine)
+        assert judge.engine is not engine and judge.policy is engine
+        assert judge.engine.identity.path == demo_gguf.resolve() and len(judge.engine.identity.sha256) == 64
+        judge.engine.close()
+        assert load_judge(Config(home=tmp_path), store, engine).engine is engine
+    finally:
+        store.close()

@@ -129,12 +129,14 @@ class LearningController:
             bar.remove_field("judge")
             bar.remove_field("learn")
         else:
-            judge = (s.judging and f"judging {s.judging}") or f"judge {s.judge_ready} ready · {s.judge_waiting} waiting"
+            judge = (s.judging and f"judging {s.judging}") or (
+                f"judge {s.judge_ready}" + (f" (+{s.judge_waiting} waiting)" if s.judge_waiting else "")
+            )
             bar.set_field("judge", judge)
             if s.running:
                 bar.set_field("learn", f"training {s.phase} {s.step}/{s.steps or '?'}", style="bold")
             else:
-                bar.set_field("learn", f"next step {min(s.ready_samples, s.batch_size)}/{s.batch_size} samples")
+                bar.set_field("learn", f"batch {min(s.ready_samples, s.batch_size)}/{s.batch_size}")
         for listener in list(self.listeners):
             listener(s)
 

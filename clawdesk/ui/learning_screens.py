@@ -198,7 +198,7 @@ class LearningScreen(Screen[None]):
         if s.running:
             m = s.metrics
             lines.append(
-                f"Training: {s.phase} {s.message}".rstrip()
+                f"Training: {s.message or s.phase}"
                 + (f" · loss {_fmt(m.get('loss'))} · reward {_fmt(m.get('reward_mean'))}" if m else "")
             )
             bar.update(total=max(1, s.steps) * 4, progress=_phase_progress(s))
