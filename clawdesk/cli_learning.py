@@ -125,11 +125,11 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
     bar.done()
     store = open_store(config)
     try:
-        from clawdesk.reload import version
+        from clawdesk.learn.versions import get_version
 
-        ready = [n for n in new if version(store, n).status == "ready"]
+        ready = [n for n in new if get_version(store, n).status == "ready"]
         for n in new:
-            row = version(store, n)
+            row = get_version(store, n)
             print(f"v{n}: {row.status}" + (f" ({row.note})" if row.note else ""))
         if ready:
             select(store, ready[-1], base_sha256=sha, base_name=model.name)
@@ -141,7 +141,8 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_adapters(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.errors import InputError
-    from clawdesk.reload import active_version, previous_ready, select, versions
+    from clawdesk.learn.versions import list_versions
+    from clawdesk.reload import active_version, previous_ready, select
     from clawdesk.runtime import model_sha256, open_store, resolve_served_model
 
     store = open_store(config)
@@ -157,7 +158,7 @@ def cmd_adapters(args: argparse.Namespace, config: Config) -> int:
         elif args.action == "rollback":
             select(store, previous_ready(store, active_version(store), sha), base_sha256=sha, base_name=model.name)
         active = active_version(store)
-        rows = versions(store)
+        rows = list_versions(store)
         if not rows:
             print("No adapter versions yet. Chat with learning ON, then `clawdesk train` (or let the chat train).")
         for v in rows:

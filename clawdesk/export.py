@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import AdapterError, NotFoundError
-from clawdesk.reload import active_version, version, versions
+from clawdesk.learn.versions import get_version, list_versions
+from clawdesk.reload import active_version
 from clawdesk.store import Store
 from clawdesk.store.db import ensure_dir
 
@@ -25,11 +26,11 @@ def _pick(store: Store, n: int | None):
     if n is None:
         n = active_version(store)
     if n is None:
-        ready = [v for v in versions(store) if v.status == "ready"]
+        ready = [v for v in list_versions(store) if v.status == "ready"]
         if not ready:
             raise NotFoundError("there is no trained adapter yet; chat with learning ON, then `clawdesk train`")
         n = ready[-1].version
-    row = version(store, n)
+    row = get_version(store, n)
     if row.status != "ready":
         raise AdapterError(f"adapter v{n} was rejected at validation ({row.note}); export a ready version instead")
     return row
@@ -80,15 +81,15 @@ def export_adapter(
             shutil.copy2(src, out_dir / name)
             files.append(name)
     else:
-        if not row.gguf.exists():
-            raise AdapterError(f"adapter v{row.version} is missing {row.gguf}")
-        shutil.copy2(row.gguf, out_dir / row.gguf.name)
-        files.append(row.gguf.name)
+        if not row.gguf_path.exists():
+            raise AdapterError(f"adapter v{row.version} is missing {row.gguf_path}")
+        shutil.copy2(row.gguf_path, out_dir / row.gguf_path.name)
+        files.append(row.gguf_path.name)
     if fmt == "ollama":
         base = base_gguf or Path(meta.get("base_path", ""))
         if not base or not Path(base).is_file():
             raise AdapterError(f"the base GGUF for v{row.version} was not found ({base}); pass it with --model PATH")
-        (out_dir / "Modelfile").write_text(f"FROM {Path(base).resolve()}\nADAPTER ./{row.gguf.name}\n")
+        (out_dir / "Modelfile").write_text(f"FROM {Path(base).resolve()}\nADAPTER ./{row.gguf_path.name}\n")
         files.append("Modelfile")
     if meta:
         (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2))

@@ -56,7 +56,7 @@ def test_learning_loop_from_the_cli(home, capsys, tmp_path):
     code, out, _ = run(capsys, "adapters", "use", "1")
     assert "serving: v1" in out
     code, _, err = run(capsys, "adapters", "use", "7")
-    assert code != 0 and "no adapter v7" in err
+    assert code != 0 and "no adapter version v7" in err
 
     for fmt in ("peft", "gguf", "ollama"):
         out_dir = tmp_path / f"export-{fmt}"

@@ -161,9 +161,9 @@ class LearningController:
         # The batch size is always explicit, so the process trains on exactly what this app counted.
         batch = min(self.state.ready_samples, self.state.batch_size) if force else self.state.batch_size
         cmd += ["--batch-size", str(batch)]
-        from clawdesk.reload import versions
+        from clawdesk.learn.versions import list_versions
 
-        self._versions_before = max((v.version for v in versions(self.app.store)), default=0)
+        self._versions_before = max((v.version for v in list_versions(self.app.store)), default=0)
         self.config.logs_dir.mkdir(parents=True, exist_ok=True)
         log = (self.config.logs_dir / "trainer.log").open("a", encoding="utf-8")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
@@ -197,11 +197,11 @@ class LearningController:
         self._publish()
 
     def _train_finished(self, code: int, last: dict[str, Any]) -> None:
-        from clawdesk.reload import versions as all_versions
+        from clawdesk.learn.versions import list_versions
 
         self._proc = None
         self.state.running = False
-        versions = [v.version for v in all_versions(self.app.store) if v.version > self._versions_before]
+        versions = [v.version for v in list_versions(self.app.store) if v.version > self._versions_before]
         if code != 0:
             self.app.notify(f"Training failed: {last.get('error') or 'see logs/trainer.log'}", severity="error")
         elif versions:
@@ -213,9 +213,9 @@ class LearningController:
             self.maybe_train()  # more full batches may be waiting
 
     def _activate_newest(self, versions: list[int]) -> None:
-        from clawdesk.reload import version
+        from clawdesk.learn.versions import get_version
 
-        rows = [version(self.app.store, n) for n in versions]
+        rows = [get_version(self.app.store, n) for n in versions]
         for r in rows:
             if r.status == "rejected":
                 self.app.notify(

@@ -164,9 +164,10 @@ class LearningScreen(Screen[None]):
             self.controller.listeners.remove(self.update_state)
 
     def reload(self) -> None:
-        from clawdesk.reload import active_version, versions
+        from clawdesk.learn.versions import list_versions
+        from clawdesk.reload import active_version
 
-        rows = versions(self.app.store)
+        rows = list_versions(self.app.store)
         active = active_version(self.app.store)
         table = self.query_one("#versions", DataTable)
         table.clear()
