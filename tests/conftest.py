@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,25 @@ def store(config):
     st = open_store(config)
     yield st
     st.close()
+
+
+class _CurrentStderr:
+    """A stream that writes to whatever ``sys.stderr`` is now (pytest swaps it per test)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@pytest.fixture(autouse=True)
+def _library_logs_follow_stderr():
+    """transformers and huggingface_hub bind a StreamHandler to the stderr of the moment they are
+    first used; under pytest that is one test's capture file, closed afterwards, so a later test's
+    log line would print a 'Logging error' traceback. Re-point their handlers after every test."""
+    yield
+    for name in ("huggingface_hub", "transformers"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler.stream, _CurrentStderr):
+                handler.setStream(_CurrentStderr())
