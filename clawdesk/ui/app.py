@@ -32,8 +32,7 @@ from clawdesk.config import Config
 from clawdesk.engine import Engine
 from clawdesk.errors import ClawDeskError
 from clawdesk.store import Session, Store
-from clawdesk.ui.learning import LearningController
-from clawdesk.ui.learning_screens import LearnedScreen, LearningScreen
+from clawdesk.ui.learning import LearningActions, LearningController
 from clawdesk.ui.messages import PendingTurn, ReplyProgress, TurnDone, TurnFailed, TurnRecorded
 from clawdesk.ui.screens import HELP_KEYS, ConfirmScreen, HelpScreen, RenameScreen
 from clawdesk.ui.stream import ReplyBuffer
@@ -58,7 +57,7 @@ def _exchanges(n: int) -> str:
 # -- the app ------------------------------------------------------------------------------
 
 
-class ClawDeskApp(App[None]):
+class ClawDeskApp(LearningActions, App[None]):
     """The chat TUI. ``store`` is used on this (the UI) thread only."""
 
     TITLE = "ClawDesk"
@@ -507,51 +506,6 @@ class ClawDeskApp(App[None]):
 
         question = f"Delete “{session.title}” and its {session.n_turns} exchange(s)? This cannot be undone."
         self.push_screen(ConfirmScreen(question), delete)
-
-    # -- learning ---------------------------------------------------------------------------
-
-    def action_rate(self, rating: int) -> None:
-        """Thumbs up/down for the last reply of this chat; overrides the judge's score."""
-        from clawdesk.store.judgments import last_turn_id, set_rating
-
-        if self.session is None or self.session.n_turns == 0:
-            self.notify("There is no reply to rate yet.")
-            return
-        try:
-            turn_id = last_turn_id(self.store, self.session.id)
-            set_rating(self.store, turn_id, rating)
-        except ClawDeskError as err:
-            self.notify(str(err), severity="error")
-            return
-        self.notify(("👍" if rating > 0 else "👎") + " noted for the last reply (it overrides the judge).", timeout=3)
-        if self.learning is not None:
-            self.learning.refresh()
-            self.learning.maybe_train()
-
-    def _need_learning(self) -> LearningController | None:
-        if self.learning is None:
-            self.notify("Background learning is not running in this window.", severity="warning")
-        return self.learning
-
-    def action_learned(self) -> None:
-        if isinstance(self.screen, LearnedScreen):  # F5 again closes it
-            self.screen.dismiss()
-        elif (controller := self._need_learning()) is not None:
-            self.push_screen(LearnedScreen(controller))
-
-    def action_learning_screen(self) -> None:
-        if isinstance(self.screen, LearningScreen):  # F6 again closes it
-            self.screen.dismiss()
-        elif (controller := self._need_learning()) is not None:
-            self.push_screen(LearningScreen(controller))
-
-    def action_train_now(self) -> None:
-        if (controller := self._need_learning()) is not None and not controller.maybe_train(force=True):
-            self.notify("Training did not start: learning is OFF, a step is running, or nothing is judged yet.")
-
-    def action_rollback(self) -> None:
-        if (controller := self._need_learning()) is not None:
-            controller.swap("rollback")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("New chat", "Start a new chat (Ctrl+N)", self.action_new_chat)

@@ -27,6 +27,7 @@ from clawdesk.errors import ClawDeskError
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.service import JudgeEvent, JudgeLoop
 from clawdesk.reload import AdapterSwitch
+from clawdesk.ui.learning_screens import LearnedScreen, LearningScreen
 
 if TYPE_CHECKING:
     from clawdesk.ui.app import ClawDeskApp
@@ -259,3 +260,54 @@ class LearningController:
         self.app.refresh_status()
         self.app.notify(message, timeout=6)
         self._publish()
+
+
+class LearningActions:
+    """The chat app's learning key actions (F3–F6, palette); mixed into :class:`ClawDeskApp`.
+
+    Kept here so the app module stays about chatting; the methods use the app's ``store``,
+    ``session``, ``learning`` controller, ``notify`` and ``push_screen``.
+    """
+
+    def action_rate(self, rating: int) -> None:
+        """Thumbs up/down for the last reply of this chat; overrides the judge's score."""
+        from clawdesk.store.judgments import last_turn_id, set_rating
+
+        if self.session is None or self.session.n_turns == 0:
+            self.notify("There is no reply to rate yet.")
+            return
+        try:
+            turn_id = last_turn_id(self.store, self.session.id)
+            set_rating(self.store, turn_id, rating)
+        except ClawDeskError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(("👍" if rating > 0 else "👎") + " noted for the last reply (it overrides the judge).", timeout=3)
+        if self.learning is not None:
+            self.learning.refresh()
+            self.learning.maybe_train()
+
+    def _need_learning(self) -> LearningController | None:
+        if self.learning is None:
+            self.notify("Background learning is not running in this window.", severity="warning")
+        return self.learning
+
+    def action_learned(self) -> None:
+        if isinstance(self.screen, LearnedScreen):  # F5 again closes it
+            self.screen.dismiss()
+        elif (controller := self._need_learning()) is not None:
+            self.push_screen(LearnedScreen(controller))
+
+    def action_learning_screen(self) -> None:
+        if isinstance(self.screen, LearningScreen):  # F6 again closes it
+            self.screen.dismiss()
+        elif (controller := self._need_learning()) is not None:
+            self.push_screen(LearningScreen(controller))
+
+    def action_train_now(self) -> None:
+        if (controller := self._need_learning()) is not None and not controller.maybe_train(force=True):
+            self.notify("Training did not start: learning is OFF, a step is running, or nothing is judged yet.")
+
+    def action_rollback(self) -> None:
+        if (controller := self._need_learning()) is not None:
+            controller.swap("rollback")
