@@ -73,4 +73,6 @@ def _library_logs_follow_stderr():
     for name in ("huggingface_hub", "transformers"):
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(handler.stream, _CurrentStderr):
-                handler.setStream(_CurrentStderr())
+                # Not setStream(): it flushes the old stream, which may already be closed.
+                with handler.lock:
+                    handler.stream = _CurrentStderr()
