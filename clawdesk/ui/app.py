@@ -450,16 +450,23 @@ class ClawDeskApp(LearningActions, App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.HELP_KEYS))
 
-    def action_rename_chat(self, session_id: int | None = None) -> None:
+    def _saved_session(self, session_id: int | None, unsaved: str) -> Session | None:
+        """The session to act on (default: the open one), or None after telling the user why not."""
         sid = session_id if session_id is not None else (self.session.id if self.session is not None else None)
         if sid is None:
-            self.notify("This chat is not saved yet: send a message first, then rename it.", severity="warning")
-            return
+            self.notify(unsaved, severity="warning")
+            return None
         try:
-            session = self.store.get_session(sid)
+            return self.store.get_session(sid)
         except ClawDeskError as err:
             self.notify(str(err), severity="error")
+            return None
+
+    def action_rename_chat(self, session_id: int | None = None) -> None:
+        session = self._saved_session(session_id, "This chat is not saved yet: send a message first, then rename it.")
+        if session is None:
             return
+        sid = session.id
 
         async def rename(title: str | None) -> None:
             if title is None:
@@ -477,17 +484,12 @@ class ClawDeskApp(LearningActions, App[None]):
         self.push_screen(RenameScreen(session.title), rename)
 
     def action_delete_chat(self, session_id: int | None = None) -> None:
-        sid = session_id if session_id is not None else (self.session.id if self.session is not None else None)
-        if sid is None:
-            self.notify("This chat is not saved yet, so there is nothing to delete.", severity="warning")
+        session = self._saved_session(session_id, "This chat is not saved yet, so there is nothing to delete.")
+        if session is None:
             return
+        sid = session.id
         if self._turn is not None and self._turn.session_id == sid:
             self._refuse_while_busy()
-            return
-        try:
-            session = self.store.get_session(sid)
-        except ClawDeskError as err:
-            self.notify(str(err), severity="error")
             return
 
         async def delete(yes: bool | None) -> None:
