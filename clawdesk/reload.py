@@ -56,6 +56,17 @@ def previous_ready(store: Store, before: int | None, base_sha256: str) -> int | 
     return candidates[-1] if candidates else None
 
 
+def trained_since_choice(store: Store, base_sha256: str) -> int | None:
+    """The newest ready version for this base if it was made after the serving choice was last set."""
+    ready = [v for v in list_versions(store, base_sha256) if v.status == "ready"]
+    if not ready:
+        return None
+    row = store.db.execute("SELECT updated_at FROM settings WHERE key = ?", [ACTIVE_KEY]).fetchone()
+    chosen_at = row[0] if row else ""
+    newest = ready[-1]
+    return newest.version if newest.created_at > chosen_at and newest.version != active_version(store) else None
+
+
 class AdapterSwitch:
     """Keeps the engine's adapter in step with the ``active_adapter`` setting."""
 
@@ -83,9 +94,14 @@ class AdapterSwitch:
     def sync(self) -> str | None:
         """Apply the persisted choice if it differs from what the engine serves.
 
-        Returns a message when the persisted version cannot be served (it is then cleared), so
-        a bad choice never blocks the chat.
+        A version trained *after* the choice was last made (the app closed while its trainer
+        process was still running) becomes the choice first; a later rollback or `use` is newer
+        than the version and is respected. Returns a message when the persisted version cannot be
+        served (it is then cleared), so a bad choice never blocks the chat.
         """
+        newer = trained_since_choice(self.store, self.engine.identity.sha256)
+        if newer is not None:
+            self.store.set_setting(ACTIVE_KEY, newer)
         want = active_version(self.store)
         if want == self.engine.adapter_version:
             return None

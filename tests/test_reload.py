@@ -127,3 +127,16 @@ def test_rollback_and_sync(engine, store, switch, tmp_path):
     message = switch.sync()
     assert message and "rejected" in message and engine.adapter_version is None
     assert active_version(store) is None
+
+
+def test_version_trained_after_the_last_choice_is_served_on_sync(engine, store, switch, tmp_path):
+    """The app closed while its trainer ran: the next start serves the new version, but a later
+    rollback (a newer choice) is respected."""
+    _add_version(store, tmp_path, 1)
+    switch.activate(1)
+    time.sleep(0.01)  # timestamps have millisecond resolution
+    _add_version(store, tmp_path, 2, seed=2)  # finished after the choice was made
+    assert switch.sync() is None and engine.adapter_version == 2 and active_version(store) == 2
+    time.sleep(0.01)
+    assert switch.rollback() == 1
+    assert switch.sync() is None and engine.adapter_version == 1  # the rollback is newer than v2

@@ -16,6 +16,7 @@ from test_ui import send_and_wait, wait_until
 
 from clawdesk.chat import ChatService
 from clawdesk.config import ChatConfig, Config, JudgeConfig, TrainConfig
+from clawdesk.reload import ACTIVE_KEY
 from clawdesk.store import Store
 from clawdesk.store.judgments import backlog, list_judged
 from clawdesk.ui.app import ClawDeskApp
@@ -180,6 +181,8 @@ async def test_learned_screen_veto_and_delete(engine, config, store):
 async def test_hot_swap_during_a_chat(engine, config, store, tmp_path):
     session_id = _history(engine, config, store, n=1)
     _add_version(store, tmp_path, 1)
+    time.sleep(0.01)
+    store.set_setting(ACTIVE_KEY, None)  # the person chose the base model after v1 was made
     store.set_learning(False)  # keep the judge out of this test
     app = LearningApp(config, engine, store, session_id=session_id)
     try:
