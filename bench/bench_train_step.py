@@ -32,8 +32,8 @@ def child(gguf: Path, checkpointing: bool, prompt_len: int, reply_len: int, repe
 
     from clawdesk.config import TrainConfig
     from clawdesk.learn.base_model import load_base
+    from clawdesk.learn.learner import Learner
     from clawdesk.learn.samples import Sample
-    from clawdesk.learn.trainer import Learner
 
     torch.manual_seed(0)
     model, info = load_base(gguf)

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     from clawdesk import cli_learning
 
     cli_learning.add_commands(add)
+    from clawdesk import cli_eval
+
+    cli_eval.add_command(add)
     p = add("learning", cmd_learning, "turn learning on or off, or show its state")
     p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
     p = add("pull", cmd_pull, "download a known model (default: qwen3-4b)")

@@ -75,8 +75,13 @@ class JudgeConfig:
     max_tokens: int = 320  # fits a grammar-constrained hint (≤ 240 chars) with its markers
     model: str = ""  # empty = judge with the served model's base weights
     pending_max_age_hours: float = 72.0
-    # Grammar-constrained votes: a short reason, then always a parseable score / verdict.
-    # Small models (the demo) only produce usable votes this way; off = free-form answers.
+    # How a vote is cast: "logprob" reads the most likely outcome word after few-shot examples
+    # (v2 prompts; measured in docs/learning.md), "sampled" samples a chat answer (v1 prompts).
+    method: str = "logprob"
+    # logprob only: subtract each answer's log-prob on a content-free query ("N/A"), which removes
+    # a small model's prior for one answer word (contextual calibration; docs/learning.md).
+    calibrate: bool = True
+    # sampled only: grammar-constrained votes (a short reason, then always a parseable score).
     constrained: bool = True
 
     def __post_init__(self) -> None:
@@ -84,6 +89,7 @@ class JudgeConfig:
         _check(0.0 <= self.temperature <= 2.0, "judge.temperature must be in 0..2")
         _check(self.max_tokens >= 16, "judge.max_tokens must be >= 16")
         _check(self.pending_max_age_hours > 0, "judge.pending_max_age_hours must be > 0")
+        _check(self.method in ("logprob", "sampled"), f"judge.method must be logprob or sampled, got {self.method!r}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class TrainConfig:
     """The on-device learner (LoRA on the served model's base weights)."""
 
     batch_size: int = 16
+    epochs: int = 1  # optimizer passes over each batch (PPO epochs; old log-probs frozen at the first)
     lr: float = 1e-4
     lora_r: int = 16
     lora_alpha: int = 32
@@ -105,6 +112,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(1 <= self.batch_size <= 1024, f"train.batch_size must be in 1..1024, got {self.batch_size}")
+        _check(1 <= self.epochs <= 16, f"train.epochs must be in 1..16, got {self.epochs}")
         _check(0 < self.lr < 1, f"train.lr must be in (0, 1), got {self.lr}")
         _check(self.lora_r >= 1 and self.lora_alpha >= 1, "train.lora_r and train.lora_alpha must be >= 1")
         _check(0 < self.eps < 1 and 0 < self.eps_high < 1, "train.eps and train.eps_high must be in (0, 1)")

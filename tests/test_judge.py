@@ -24,9 +24,10 @@ from clawdesk.store.judgments import (
     set_veto,
 )
 
-FAST = JudgeConfig(votes=3, temperature=0.6, max_tokens=24)
+# The v1 sampled votes (judge.method = "sampled"); the v2 logprob votes are in test_judge_v2.py.
+FAST = JudgeConfig(votes=3, temperature=0.6, max_tokens=24, method="sampled")
 # Long enough for any grammar-constrained score vote: ≤ 100 reason chars + the box.
-SCORE_ROOM = JudgeConfig(votes=3, temperature=0.6, max_tokens=128)
+SCORE_ROOM = JudgeConfig(votes=3, temperature=0.6, max_tokens=128, method="sampled")
 
 
 def _chat(engine, config, store, *messages, incognito=False):

@@ -19,8 +19,9 @@ from clawdesk.config import TrainConfig
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
 from clawdesk.learn.gguf_lora import read_gguf_lora_info
+from clawdesk.learn.learner import Learner, micro_batches, reply_logprobs
 from clawdesk.learn.samples import Sample, count_ready, ready_samples
-from clawdesk.learn.trainer import Learner, TrainProgress, micro_batches, reply_logprobs, train
+from clawdesk.learn.trainer import TrainProgress, train
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.judgments import Judgment, save_judgment
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
@@ -147,6 +148,19 @@ def test_a_step_moves_the_lora_not_the_base_and_follows_the_reward(tiny_gguf, re
     assert all(torch.equal(a, a_before[n]) for n, a in lora_tensors(learner.model, "A").items())  # B was 0: no grad
     after = learner.mean_logprob(samples)["mean"]
     assert (after - before) * reward > 0  # rewarded replies became likelier, punished ones less likely
+
+
+def test_later_epochs_see_the_ratio_move_and_clip(tiny_gguf):
+    """With epochs > 1 the old log-probs stay frozen at the first pass, so later passes have ratio ≠ 1."""
+    model, info = load_base(tiny_gguf)
+    learner = Learner(model, info, TrainConfig(lr=5e-2, epochs=4, eps=0.01, eps_high=0.01), parent_dir=None)
+    samples = _samples(4, 1.0, seed=2)
+    before = learner.mean_logprob(samples)["mean"]
+    metrics = learner.step(samples, *learner.score(samples), stop=lambda: False)
+    assert metrics["epochs"] == 4.0
+    assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-4)  # the policy moved away from the frozen old one
+    assert metrics["clip_frac"] > 0.0  # and the PPO clip now acts
+    assert learner.mean_logprob(samples)["mean"] > before
 
 
 def test_hinted_sample_moves_towards_the_teacher(tiny_gguf):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import itertools
 import os
 import threading
 import time
@@ -158,6 +159,13 @@ class Engine:
         with self.lock:
             return self.llm.tokenize(text.encode("utf-8"), add_bos=self._add_bos, special=True)
 
+    def tokenize_plain(self, text: str, *, bos: bool = False) -> list[int]:
+        """Tokens of plain text: special-token markup in it stays text (the judge's few-shot prompts quote users)."""
+        with self.lock:
+            ids = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        bos_id = self.llm.token_bos()
+        return [bos_id, *ids] if bos and self._add_bos and bos_id >= 0 else ids
+
     def render(self, messages: list[dict[str, str]], *, thinking: bool) -> str:
         return self.template.render(messages, thinking=thinking and self.supports_thinking)
 
@@ -285,6 +293,65 @@ class Engine:
                 finished_at=finished,
                 adapter_version=self.adapter_version if use_adapter else None,
             )
+
+    def continuation_logprobs(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        use_adapter: bool = False,
+        stop_when: Callable[[], bool] | None = None,
+        prompt_chunk: int = PROMPT_CHUNK,
+    ) -> list[float] | None:
+        """log p(continuation | prompt) for each continuation (summed over its tokens); None if stopped.
+
+        The prompt is evaluated once (its cached prefix reused); each continuation is then fed one
+        token at a time, because without ``logits_all`` llama.cpp keeps only the last position's
+        logits (read with ``llama_get_logits_ith(ctx, -1)``; llama-cpp-python keeps no copy then).
+        Continuations are a few tokens (the judge's outcome words), so this stays cheap.
+        The cache is left at the prompt's end.
+        """
+        import llama_cpp
+        import numpy as np
+
+        if not prompt_ids or any(not c for c in continuations):
+            raise InputError("continuation_logprobs needs a prompt and non-empty continuations")
+        with self.lock:
+            self._apply_adapter(use_adapter)
+            ids = list(prompt_ids)
+            if len(ids) + max(len(c) for c in continuations) > self.n_ctx:
+                raise InputError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.n_ctx})")
+            if not self._eval_prompt(ids, stop_when or (lambda: False), prompt_chunk):
+                return None
+            llm, base = self.llm, len(ids)
+            n_vocab = llm.n_vocab()
+
+            def last_logprobs() -> np.ndarray:
+                ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+                row = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float64)  # (vocab,) a copy
+                top = row.max()
+                return row - (top + np.log(np.exp(row - top).sum()))
+
+            first = last_logprobs()
+            out: list[float] = []
+            for cont in continuations:
+                total = float(first[cont[0]])
+                llm.n_tokens = base
+                for prev, tok in itertools.pairwise(cont):
+                    llm.eval([prev])
+                    total += float(last_logprobs()[tok])
+                out.append(total)
+            llm.n_tokens = base
+            return out
+
+    def reset_cache(self) -> None:
+        """Forget the cached prompt prefix, so the next reply is computed as on a fresh context.
+
+        Greedy replies can depend on what was cached before (see the README's known limits); the
+        eval resets before each scored reply so that scores are reproducible.
+        """
+        with self.lock:
+            self.llm.reset()
 
     def _grammar(self, source: str):
         from llama_cpp import LlamaGrammar

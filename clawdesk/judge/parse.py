@@ -165,19 +165,54 @@ def parse_hint(output: str) -> tuple[bool, str | None]:
     return says_useful, (body.strip() or None)
 
 
-def accept_hint(outputs: Sequence[str]) -> str | None:
-    """The longest hint among votes that say useful with a hint longer than 10 characters; else None.
+def accept_hint(outputs: Sequence[str], *, reply: str = "") -> str | None:
+    """The longest hint among votes that say useful with an acceptable hint (see :func:`hint_problem`); else None.
 
     Equal lengths keep the earliest vote, so the choice is deterministic.
     """
     best: str | None = None
     for output in outputs:
         useful, hint = parse_hint(output)
-        if useful and hint is not None and len(hint.strip()) > MIN_HINT_CHARS:
+        if useful and hint is not None and hint_problem(hint, reply=reply) is None:
             hint = hint.strip()
             if best is None or len(hint) > len(best):
                 best = hint
     return best
+
+
+_WORD = re.compile(r"[a-z0-9']+")
+# Phrases of the judge prompts' own instructions: a hint that repeats them is the judge echoing its prompt.
+_PROMPT_PHRASES = (
+    "how that reply should have been written",
+    "tell the assistant how to write that reply",
+    "1 to 3 short sentences",
+    "it is data, not instructions",
+    "what came next",
+    "replace ... with",
+    "hint_start",
+    "useful: yes",
+)
+
+
+def hint_problem(hint: str, *, reply: str = "") -> str | None:
+    """Why ``hint`` must not become the teacher's context, or None when it may.
+
+    Rejected: nothing of substance (at most :data:`MIN_HINT_CHARS` characters, or no word), text
+    restating the judge prompt's own instructions, and text that mostly restates the reply (80 % or
+    more of its words are the reply's): none of these tells the teacher anything the reply lacked.
+    """
+    text = hint.strip()
+    words = _WORD.findall(text.lower())
+    if len(text) <= MIN_HINT_CHARS or not words:
+        return "hint too short"
+    lowered = " ".join(text.lower().split())
+    if any(phrase in lowered for phrase in _PROMPT_PHRASES):
+        return "hint restates the judge prompt"
+    if reply and len(words) >= 4:
+        reply_words = set(_WORD.findall(reply.lower()))
+        if sum(w in reply_words for w in words) >= 0.8 * len(words):
+            return "hint restates the reply"
+    return None
 
 
 def enhanced_user_message(last_user: str, hint: str) -> str:

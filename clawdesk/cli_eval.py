@@ -1,0 +1,180 @@
+"""``clawdesk eval``: the simulated-user experiment, the method comparison, the hint probe and the judge set.
+
+Registered on the parser by :func:`add_command`. Every option defaults to what the app itself does
+(method combined, the self-judge, the learning settings of ``config.toml``), so an eval without
+options measures the app as shipped. Runs never touch the user's data dir: each one gets a fresh
+one under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from clawdesk.config import Config
+from clawdesk.errors import ConfigError, InputError
+from clawdesk.progress import ProgressBar
+
+EPILOG = """\
+result.json keys: persona, method, judge, model, interactions, train_every, batch_size, seed,
+base_score, final_score, best_score, with_hint_score, scores ([interactions, score] pairs),
+interactions_to_target (first score >= 0.8, or null), ppl_ratio, judge_agreement (self judge),
+wall_s, train_s, config. See docs/learning.md for measured tables.
+"""
+
+
+def add_command(add) -> None:
+    p = add("eval", cmd_eval, "measure learning with a simulated user (persona), or measure the judge")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument("--persona", metavar="FILE|NAME", help="a persona .toml, or a shipped persona's name")
+    p.add_argument("--method", choices=["off", "shuffled", "binary", "opd", "combined"], default="combined")
+    p.add_argument("--judge", choices=["oracle", "self"], default="self", help="self = the app's judge (default)")
+    p.add_argument("--judge-method", choices=["logprob", "sampled"], help="override judge.method")
+    p.add_argument("--interactions", type=int, default=64, metavar="N")
+    p.add_argument("--train-every", type=int, metavar="K", help="judge and train every K interactions (default B)")
+    p.add_argument("--batch-size", type=int, metavar="B", help="samples per optimizer step (default train.batch_size)")
+    p.add_argument("--epochs", type=int, metavar="E", help="optimizer passes per batch (default train.epochs)")
+    p.add_argument("--lr", type=float, help="LoRA learning rate (default train.lr)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-reply-tokens", type=int, default=160, metavar="T", help="reply cap in the eval")
+    p.add_argument("--out", type=Path, metavar="DIR", help="where result.json, curve.png (and compare.*) go")
+    p.add_argument("--compare", action="store_true", help="run off/shuffled/binary/opd/combined with one seed")
+    p.add_argument("--probe", action="store_true", help="print the base and with-hint scores only (a minute)")
+    p.add_argument(
+        "--judge-set", nargs="?", const="", metavar="FILE", help="measure the judge on a labelled set (default shipped)"
+    )
+
+
+def _config_for(args: argparse.Namespace, config: Config) -> Config:
+    try:
+        train = config.train
+        for key in ("epochs", "lr"):
+            if getattr(args, key) is not None:
+                train = dataclasses.replace(train, **{key: getattr(args, key)})
+        judge = config.judge
+        if args.judge_method:
+            judge = dataclasses.replace(judge, method=args.judge_method)
+    except ValueError as exc:
+        raise ConfigError(f"bad option: {exc}") from exc
+    return dataclasses.replace(config, train=train, judge=judge)
+
+
+def cmd_eval(args: argparse.Namespace, config: Config) -> int:
+    config = _config_for(args, config)
+    if args.judge_set is not None:
+        return _judge_set(args, config)
+    if not args.persona:
+        raise InputError("say which persona: clawdesk eval --persona NAME|FILE (or --judge-set to measure the judge)")
+    from clawdesk.eval.personas import load_persona
+
+    persona = load_persona(args.persona)
+    if args.probe:
+        return _probe(args, config, persona)
+    if args.out is None:
+        raise InputError("say where results go: --out DIR")
+    from clawdesk.eval.experiment import METHODS, EvalOptions, Experiment
+    from clawdesk.eval.report import write_compare, write_run
+
+    batch = args.batch_size or config.train.batch_size
+    methods = METHODS if args.compare else (args.method,)
+    results = []
+    for method in methods:
+        opts = EvalOptions(
+            method=method, judge=args.judge, interactions=args.interactions, train_every=args.train_every or batch,
+            batch_size=batch, seed=args.seed, max_reply_tokens=args.max_reply_tokens,
+        )  # fmt: skip
+        out = args.out / method if args.compare else args.out
+        print(f"eval {persona.name}: method {method}, judge {opts.effective_judge} → {out}", file=sys.stderr)
+        result = Experiment(config, persona, opts, out, args.model, on_event=_Printer()).run()
+        write_run(out, result)
+        results.append(result)
+        print(_summary(result))
+    if args.compare:
+        print(write_compare(args.out, results))
+        print(f"wrote {args.out / 'compare.md'}, compare.json, compare.png")
+    return 0
+
+
+def _summary(r: dict) -> str:
+    curve = ", ".join(f"{int(n)}→{s:.2f}" for n, s in r["scores"])
+    return (
+        f"{r['persona']} [{r['method']}, {r['judge']} judge]: base {r['base_score']:.2f} → final "
+        f"{r['final_score']:.2f} (best {r['best_score']:.2f}, with hint {r['with_hint_score']:.2f}); "
+        f"ppl ratio {r['ppl_ratio']:.3f}; {r['wall_s']:.0f} s. Curve: {curve}"
+    )
+
+
+class _Printer:
+    """Eval events → a progress bar per phase, and the trainer's step lines."""
+
+    def __init__(self):
+        self.bar = ProgressBar("interactions", unit="")
+        self.phase = ""
+
+    def __call__(self, event) -> None:
+        if event.phase in ("train", "done") or (event.phase == "score" and event.message):
+            self.bar.done()
+            print(f"[{event.phase}] {event.message}", file=sys.stderr)
+            self.phase = ""
+            return
+        if event.phase != self.phase:
+            self.bar.done()
+            self.bar.reset(event.phase)
+            self.phase = event.phase
+        self.bar(event.done, event.total)
+
+
+def _probe(args: argparse.Namespace, config: Config, persona) -> int:
+    from clawdesk.eval.scoring import Scorer
+    from clawdesk.runtime import load_engine, open_store
+
+    store = open_store(config)
+    try:
+        engine = load_engine(config, store, args.model)
+        try:
+            scorer = Scorer(engine, persona, config.chat.system_prompt, args.max_reply_tokens)
+            base = scorer.score()
+            base_replies = scorer.last_replies
+            hinted = scorer.score(hint=True)
+        finally:
+            engine.close()
+    finally:
+        store.close()
+    print(f"{persona.name} on {engine.identity.name}: base {base:.2f}, with hint {hinted:.2f} "
+          f"({len(persona.heldout)} held-out prompts; shipped personas need with hint ≥ base + 0.3)")  # fmt: skip
+    for prompt, reply in zip(persona.heldout[:3], base_replies[:3], strict=False):
+        print(f"  · {prompt}\n    {' '.join(reply.split())[:160]}")
+    return 0
+
+
+def _judge_set(args: argparse.Namespace, config: Config) -> int:
+    from clawdesk.eval.judge_set import evaluate, format_report, load_cases
+    from clawdesk.eval.personas import assets_dir
+    from clawdesk.eval.report import write_json
+    from clawdesk.runtime import load_engine, load_judge, open_store
+
+    path = Path(args.judge_set) if args.judge_set else assets_dir() / "judge-set.jsonl"
+    cases = load_cases(path)
+    store = open_store(config)
+    try:
+        engine = load_engine(config, store, args.model)
+        judge = load_judge(config, store, engine)
+        bar = ProgressBar("judge set", unit="cases")
+        try:
+            report = evaluate(judge, cases, on_case=bar)
+        finally:
+            bar.done()
+            if judge.engine is not engine:
+                judge.engine.close()
+            engine.close()
+    finally:
+        store.close()
+    report["file"] = str(path)
+    print(format_report(report))
+    if args.out is not None:
+        write_json(args.out / "judge-set.json", report)
+        print(f"wrote {args.out / 'judge-set.json'}")
+    return 0

@@ -1,0 +1,1 @@
+"""Evaluation stage: simulated users (personas), held-out scoring, the judge set, reports."""

@@ -1,0 +1,312 @@
+"""The simulated-user experiment: one persona, one learning method, N interactions, held-out scores.
+
+One interaction is a new chat session (one session per task, as in the paper): the persona's next
+training prompt → the served reply (sampled, adapter on, exactly as the chat serves it) → the
+simulated user's satisfied/unsatisfied message, recorded as the next turn (its own reply is not
+generated: it is the next state and nothing more). Every ``train_every`` interactions the pending
+turns are judged (``self``: the app's judge; ``oracle``: reward from the persona's checks, hint from
+``feedback.hint``), the app's trainer makes as many versions as full batches are ready, and the
+newest ready version is hot-swapped in with the app's own :class:`~clawdesk.reload.AdapterSwitch`.
+
+The base model for training is loaded once per run (a :class:`~clawdesk.learn.learner.Learner`
+kept across steps). Everything lives in a fresh data dir under the output dir, never the user's.
+
+Methods: ``combined`` (the app), ``binary`` (w_opd = 0), ``opd`` (w_binary = 0, hinted samples
+only), ``off`` (no training), ``shuffled`` (combined on the oracle's rewards and hints permuted
+across the turns of each training round: a control for drift from training at all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clawdesk.config import Config
+from clawdesk.errors import InputError
+from clawdesk.eval.personas import Persona
+from clawdesk.eval.scoring import Scorer
+
+METHODS = ("off", "shuffled", "binary", "opd", "combined")
+JUDGES = ("oracle", "self")
+TARGET = 0.8
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    method: str = "combined"
+    judge: str = "self"
+    interactions: int = 64
+    train_every: int = 16
+    batch_size: int = 16
+    seed: int = 0
+    max_reply_tokens: int = 160
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InputError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.judge not in JUDGES:
+            raise InputError(f"--judge must be oracle or self, got {self.judge!r}")
+        for name in ("interactions", "train_every", "batch_size", "max_reply_tokens"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def effective_judge(self) -> str:
+        return "oracle" if self.method == "shuffled" else self.judge  # shuffled permutes the oracle's signals
+
+
+@dataclass(frozen=True)
+class EvalEvent:
+    """Progress of a run: ``phase`` is 'interact', 'judge', 'train', 'score' or 'done'."""
+
+    phase: str
+    done: int
+    total: int
+    message: str = ""
+
+
+@dataclass
+class _Turn:
+    turn_id: int
+    satisfied: bool  # what the persona's checks say of the served reply
+
+
+@dataclass
+class _Agreement:
+    n: int = 0
+    agree: int = 0
+    hinted_unsat: int = 0
+    n_unsat: int = 0
+    hinted_sat: int = 0
+    n_sat: int = 0
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "n_turns": self.n,
+            "reward_agreement": self.agree / self.n if self.n else None,
+            "hint_rate_unsatisfied": self.hinted_unsat / self.n_unsat if self.n_unsat else None,
+            "hint_rate_satisfied": self.hinted_sat / self.n_sat if self.n_sat else None,
+        }
+
+
+@dataclass
+class Experiment:
+    """One run of one method; :meth:`run` returns the ``result.json`` dict."""
+
+    config: Config  # the user's config: learning settings to start from (its home is never touched)
+    persona: Persona
+    options: EvalOptions
+    out_dir: Path
+    model_spec: str | None = None
+    on_event: Callable[[EvalEvent], None] = lambda _e: None
+    _turns: list[_Turn] = field(default_factory=list)
+    _agreement: _Agreement = field(default_factory=_Agreement)
+
+    def run(self) -> dict[str, Any]:
+        from clawdesk.chat import ChatService
+        from clawdesk.reload import AdapterSwitch
+        from clawdesk.runtime import load_engine, open_store
+
+        opts, persona = self.options, self.persona
+        started = time.monotonic()
+        cfg = self._run_config()
+        store = open_store(cfg)
+        engine = load_engine(cfg, store, self.model_spec)
+        try:
+            service = ChatService(engine, cfg.chat)
+            scorer = Scorer(engine, persona, cfg.chat.system_prompt, opts.max_reply_tokens)
+            switch = AdapterSwitch(engine, store)
+            self._emit("score", 0, 1, "scoring the base model")
+            base = scorer.score()
+            with_hint = scorer.score(hint=True)
+            scores: list[list[float]] = [[0, base]]
+            learner, train_s = None, 0.0
+            for i in range(opts.interactions):
+                self._interact(service, store, i)
+                self._emit("interact", i + 1, opts.interactions, persona.prompts[i % len(persona.prompts)])
+                if (i + 1) % opts.train_every and i + 1 < opts.interactions:
+                    continue
+                self._judge_pending(store, engine, cfg)
+                if opts.method == "off":
+                    continue
+                t0 = time.monotonic()
+                learner, made = self._train(cfg, engine, learner)
+                train_s += time.monotonic() - t0
+                if made:
+                    switch.sync()
+                    self._emit("score", i + 1, opts.interactions, f"scoring adapter v{engine.adapter_version}")
+                    scores.append([i + 1, scorer.score()])
+            ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
+        finally:
+            engine.close()
+            store.close()
+        values = [s for _, s in scores]
+        result = {
+            "persona": persona.name,
+            "method": opts.method,
+            "judge": opts.effective_judge,
+            "model": engine.identity.name,
+            "interactions": opts.interactions,
+            "train_every": opts.train_every,
+            "batch_size": opts.batch_size,
+            "seed": opts.seed,
+            "base_score": base,
+            "final_score": values[-1],
+            "best_score": max(values),
+            "with_hint_score": with_hint,
+            "scores": scores,
+            "interactions_to_target": next((int(n) for n, s in scores if s >= TARGET), None),
+            "ppl_ratio": ppl["ppl_ratio"],
+            "neutral_nll": ppl,
+            "judge_agreement": self._agreement.result() if opts.effective_judge == "self" else None,
+            "n_satisfied": sum(t.satisfied for t in self._turns),
+            "wall_s": time.monotonic() - started,
+            "train_s": train_s,
+            "config": {
+                "train": dataclasses.asdict(cfg.train),
+                "judge": dataclasses.asdict(cfg.judge),
+                "chat": {"temperature": cfg.chat.temperature, "max_reply_tokens": opts.max_reply_tokens},
+                "model_path": str(engine.identity.path),
+            },
+        }
+        self._emit("done", opts.interactions, opts.interactions, f"final score {values[-1]:.2f}")
+        return result
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _run_config(self) -> Config:
+        """The user's settings in a fresh data dir, with the method's loss weights and the batch size."""
+        opts = self.options
+        home = self.out_dir / "home"
+        if home.exists():
+            shutil.rmtree(home)  # our own scratch dir from an earlier run of this eval
+        train = dataclasses.replace(self.config.train, batch_size=opts.batch_size)
+        if opts.method == "binary":
+            train = dataclasses.replace(train, w_opd=0.0)
+        elif opts.method == "opd":
+            train = dataclasses.replace(train, w_binary=0.0)
+        cores = os.cpu_count() or 2
+        # Chat, judge and trainer take turns here (nothing runs beside them): every core for each.
+        model = dataclasses.replace(self.config.model, seed=self.config.model.seed + opts.seed, n_threads=cores)
+        chat = dataclasses.replace(self.config.chat, max_reply_tokens=opts.max_reply_tokens, thinking=False)
+        return dataclasses.replace(self.config, home=home, train=train, model=model, chat=chat)
+
+    def _emit(self, phase: str, done: int, total: int, message: str = "") -> None:
+        self.on_event(EvalEvent(phase, done, total, message))
+
+    # -- one interaction ---------------------------------------------------------------------
+
+    def _interact(self, service, store, i: int) -> None:
+        persona = self.persona
+        session = service.new_session(store)
+        result = service.run_turn(store, session.id, persona.prompts[i % len(persona.prompts)])
+        satisfied = persona.satisfies(result.reply.content)
+        # The user's next message is recorded as the next turn but gets no reply: a pre-set cancel
+        # makes the app's own turn path record it without generating (the eval needs only the state).
+        stopped = threading.Event()
+        stopped.set()
+        service.run_turn(store, session.id, persona.feedback(satisfied, i), cancel=stopped)
+        self._turns.append(_Turn(result.turn_id, satisfied))
+
+    # -- judging -----------------------------------------------------------------------------
+
+    def _judge_pending(self, store, engine, cfg: Config) -> None:
+        from clawdesk.judge.runner import Judge
+        from clawdesk.store.judgments import pending_turns, save_judgment
+
+        pending = pending_turns(store)
+        by_id = {t.turn_id: t for t in self._turns}
+        judge = Judge(engine, cfg.judge) if self.options.effective_judge == "self" else None
+        judgments = []
+        for k, p in enumerate(pending):
+            self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
+            truth = by_id[p.turn.id].satisfied
+            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
+            if judge is not None:
+                self._count_agreement(j, truth)
+            judgments.append(j)
+        if self.options.method == "shuffled":
+            judgments = self._shuffle(store, engine, pending, judgments)
+        for j in judgments:
+            if self.options.method == "opd":
+                j = dataclasses.replace(j, reward=0)  # OPD alone: only hinted turns become samples
+            save_judgment(store, j)
+
+    def _oracle(self, store, engine, pending, satisfied: bool, hint_from=None):
+        from clawdesk.judge.parse import enhanced_user_message
+        from clawdesk.judge.runner import teacher_prompt
+        from clawdesk.store.judgments import Judgment
+
+        reward = 1 if satisfied else -1
+        hint = None if satisfied else self.persona.hint
+        if hint_from is not None:
+            reward, hint = hint_from
+        enhanced = enhanced_user_message(pending.turn.user_content, hint) if hint else None
+        ids, note = teacher_prompt(store, engine, pending, enhanced) if enhanced else (None, "")
+        ident = engine.identity
+        return Judgment(
+            turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="oracle",
+            judge_model_name="oracle", judge_model_sha256=ident.sha256, score_outputs=[], votes=[reward],
+            reward=reward, hint_outputs=[], hint=hint, enhanced_user=enhanced, enhanced_prompt_ids=ids,
+            seconds=0.0, note=note,
+        )  # fmt: skip
+
+    def _shuffle(self, store, engine, pending, judgments):
+        signals = [(j.reward, j.hint) for j in judgments]
+        random.Random(self.options.seed * 7919 + len(self._turns)).shuffle(signals)
+        return [self._oracle(store, engine, p, True, hint_from=s) for p, s in zip(pending, signals, strict=True)]
+
+    def _count_agreement(self, judgment, satisfied: bool) -> None:
+        a = self._agreement
+        a.n += 1
+        a.agree += judgment.reward == (1 if satisfied else -1)
+        hinted = judgment.hint is not None
+        if satisfied:
+            a.n_sat, a.hinted_sat = a.n_sat + 1, a.hinted_sat + hinted
+        else:
+            a.n_unsat, a.hinted_unsat = a.n_unsat + 1, a.hinted_unsat + hinted
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _train(self, cfg: Config, engine, learner):
+        import torch
+
+        from clawdesk.learn.trainer import load_learner, train
+
+        torch.set_num_threads(os.cpu_count() or 2)
+        if learner is None:
+            torch.manual_seed(self.options.seed)  # the fresh LoRA's initial A matrices
+            self._emit("train", 0, 1, "loading the base model for training (once per run)")
+            learner = load_learner(engine.identity.path, cfg.train, None)
+        ident = engine.identity
+
+        def progress(p) -> None:
+            self._emit("train", p.step, max(p.steps, 1), p.message)
+
+        made = train(
+            cfg.db_path, cfg.adapters_dir, ident.path, ident.name, ident.sha256, cfg.train,
+            on_progress=progress, learner=learner,
+        )  # fmt: skip
+        return learner, made
+
+    def _ppl_ratio(self, learner, engine, cfg: Config) -> dict[str, float]:
+        """exp(mean NLL with the adapter − without) on the shipped neutral Q&A set: 1.0 = no forgetting."""
+        from clawdesk.eval.scoring import neutral_pairs
+
+        pairs = neutral_pairs(engine, cfg.chat.system_prompt)
+        self._emit("score", 1, 1, f"general-ability guard on {len(pairs)} neutral replies")
+        with_adapter = learner.logprobs_each(pairs, adapter=True)
+        without = learner.logprobs_each(pairs, adapter=False)
+        n = sum(int(x.numel()) for x in without)
+        nll_a = -sum(float(x.double().sum()) for x in with_adapter) / n
+        nll_b = -sum(float(x.double().sum()) for x in without) / n
+        return {"ppl_ratio": math.exp(nll_a - nll_b), "nll_adapter": nll_a, "nll_base": nll_b, "n_tokens": float(n)}
