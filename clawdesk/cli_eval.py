@@ -32,7 +32,7 @@ def add_command(add) -> None:
     p.add_argument("--persona", metavar="FILE|NAME", help="a persona .toml, or a shipped persona's name")
     p.add_argument("--method", choices=["off", "shuffled", "binary", "opd", "combined"], default="combined")
     p.add_argument("--judge", choices=["oracle", "self"], default="self", help="self = the app's judge (default)")
-    p.add_argument("--judge-method", choices=["logprob", "sampled"], help="override judge.method")
+    p.add_argument("--judge-method", choices=["channel", "logprob", "sampled"], help="override judge.method")
     p.add_argument("--interactions", type=int, default=64, metavar="N")
     p.add_argument("--train-every", type=int, metavar="K", help="judge and train every K interactions (default B)")
     p.add_argument("--batch-size", type=int, metavar="B", help="samples per optimizer step (default train.batch_size)")

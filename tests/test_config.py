@@ -10,7 +10,7 @@ def test_defaults_without_file(tmp_path):
     cfg = load_config(tmp_path)
     assert cfg.model.name == "qwen3-4b"
     assert cfg.db_path == tmp_path / "clawdesk.db"
-    assert cfg.train.batch_size == 16 and cfg.judge.votes == 3
+    assert cfg.train.batch_size == 8 and cfg.judge.votes == 3
 
 
 def test_file_values_and_overrides(tmp_path):

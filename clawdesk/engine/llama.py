@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import itertools
 import os
 import threading
 import time
@@ -305,11 +304,10 @@ class Engine:
     ) -> list[float] | None:
         """log p(continuation | prompt) for each continuation (summed over its tokens); None if stopped.
 
-        The prompt is evaluated once (its cached prefix reused); each continuation is then fed one
-        token at a time, because without ``logits_all`` llama.cpp keeps only the last position's
-        logits (read with ``llama_get_logits_ith(ctx, -1)``; llama-cpp-python keeps no copy then).
-        Continuations are a few tokens (the judge's outcome words), so this stays cheap.
-        The cache is left at the prompt's end.
+        The prompt is evaluated once (its cached prefix reused); each continuation is then decoded
+        as one batch that asks llama.cpp for the logits of every position (without ``logits_all``
+        llama.cpp keeps only the last position's logits and llama-cpp-python keeps no copy, so they
+        are read with ``llama_get_logits_ith``). The cache is left at the prompt's end.
         """
         import llama_cpp
         import numpy as np
@@ -326,20 +324,24 @@ class Engine:
             llm, base = self.llm, len(ids)
             n_vocab = llm.n_vocab()
 
-            def last_logprobs() -> np.ndarray:
-                ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+            def logprobs_at(i: int) -> np.ndarray:
+                ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, i)
                 row = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float64)  # (vocab,) a copy
                 top = row.max()
                 return row - (top + np.log(np.exp(row - top).sum()))
 
-            first = last_logprobs()
+            first = logprobs_at(-1)
             out: list[float] = []
             for cont in continuations:
                 total = float(first[cont[0]])
-                llm.n_tokens = base
-                for prev, tok in itertools.pairwise(cont):
-                    llm.eval([prev])
-                    total += float(last_logprobs()[tok])
+                fed = list(cont[:-1])  # position j predicts cont[j + 1]
+                for start in range(0, len(fed), llm.n_batch):
+                    chunk = fed[start : start + llm.n_batch]
+                    llm._ctx.kv_cache_seq_rm(-1, base + start, -1)
+                    llm._batch.set_batch(batch=chunk, n_past=base + start, logits_all=True)
+                    llm._ctx.decode(llm._batch)
+                    targets = cont[start + 1 : start + 1 + len(chunk)]
+                    total += sum(float(logprobs_at(j)[tok]) for j, tok in enumerate(targets))
                 out.append(total)
             llm.n_tokens = base
             return out

@@ -18,7 +18,7 @@ from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.prompt import build_messages
-from clawdesk.judge import fewshot
+from clawdesk.judge import channel, fewshot
 from clawdesk.judge.grammar import HINT_GRAMMAR, SCORE_GRAMMAR
 from clawdesk.judge.parse import accept_hint, enhanced_user_message, hint_problem, majority, parse_score
 from clawdesk.judge.prompts import PROMPT_VERSION, hint_messages, score_messages
@@ -125,8 +125,9 @@ class Judge:
     ) -> Verdict:
         """m score votes and m hint votes on one (request, reply, next state); no store needed.
 
-        ``judge.method`` picks how a vote is cast: ``logprob`` (v2 few-shot prompts, the most likely
-        outcome word) or ``sampled`` (v1 chat prompts, a sampled answer). ``on_progress(done,
+        ``judge.method`` picks how a vote is cast: ``channel`` (v3: the framing that best explains
+        the next state), ``logprob`` (v2 few-shot prompts, the most likely outcome word) or
+        ``sampled`` (v1 chat prompts, a sampled answer). ``on_progress(done,
         total, kind)`` follows every vote.
         """
         m = self.config.votes
@@ -140,7 +141,10 @@ class Judge:
             if on_progress is not None:
                 on_progress(len(outputs["score"]) + len(outputs["hint"]), 2 * m, kind)
 
-        if self.config.method == "logprob":
+        if self.config.method == "channel":
+            for i in range(m):
+                self._channel_vote(texts, i, done)
+        elif self.config.method == "logprob":
             for i in range(m):  # each vote answers both questions on one prompt (its prefix stays cached)
                 self._logprob_vote(texts, next_role, i, done)
         else:
@@ -155,8 +159,33 @@ class Judge:
             hint = fewshot.hint_from_next_state(next_state)
             if (note := hint_problem(hint, reply=reply) or "") != "":
                 hint = None
-        version = fewshot.VERSION if self.config.method == "logprob" else PROMPT_VERSION
+        version = {"channel": channel.VERSION, "logprob": fewshot.VERSION}.get(self.config.method, PROMPT_VERSION)
         return Verdict(version, outputs["score"], votes["score"], outputs["hint"], hint, note)
+
+    def _channel_vote(self, texts: tuple[str, str, str], vote: int, done) -> None:
+        """Vote ``vote`` of the v3 judge: which framing explains the next state best, then (unless
+        satisfied) whether the framing "says how to fix it" explains it better than "says nothing"."""
+        request, reply, next_state = texts
+        frames = channel.load_frames()
+        prefix, cont = channel.context(request, reply), channel.continuation(next_state)
+
+        def best(sections: dict[str, int], prior: dict[str, float] | None = None) -> tuple[int, str]:
+            found = {name: self._continuation(prefix + frames.framing(name, vote), cont) for name in sections}
+            return channel.decide(found, sections, prior=prior)
+
+        value, text = best(channel.SCORE_SECTIONS)
+        done("score", value, f"{text} \\boxed{{{'+1' if value == 1 else '-1'}}}")
+        if value == 1:  # a satisfied turn needs no correction: not asked, counts as "no"
+            done("hint", 0, "channel not asked (satisfied)\nUseful: no")
+            return
+        says, text = best(channel.HINT_SECTIONS, {"says-how yes": channel.SAYS_HOW_MARGIN})
+        done("hint", says, f"{text}\nUseful: {'yes' if says else 'no'}")
+
+    def _continuation(self, prompt_text: str, continuation: str) -> float:
+        """log p(continuation | prompt_text) on the base weights, yielding to the chat like every vote."""
+        prompt = self.engine.tokenize_plain(prompt_text, bos=True)
+        cont = self.engine.tokenize_plain(continuation)
+        return self._score_ids(prompt, [cont])[0]
 
     def _logprob_vote(self, texts: tuple[str, str, str], role: str, vote: int, done) -> None:
         """Vote ``vote`` of the v2 judge: the likeliest verdict, then whether the next state says how."""
@@ -184,6 +213,9 @@ class Judge:
         prompt = self.engine.tokenize_plain(text, bos=True)
         room = self.engine.n_ctx - max(len(c) for c in conts)
         prompt = prompt[-room:]  # a prompt over the window loses its oldest examples, never the query
+        return dict(zip(labels, self._score_ids(prompt, conts), strict=True))
+
+    def _score_ids(self, prompt: list[int], conts: list[list[int]]) -> list[float]:
         while True:
             self.gate.wait_idle(self.stop)
             if self.stop.is_set():
@@ -192,7 +224,7 @@ class Judge:
                 prompt, conts, stop_when=lambda: self.gate.busy or self.stop.is_set(), prompt_chunk=JUDGE_PROMPT_CHUNK
             )
             if found is not None:  # None: paused for the chat; the cached prefix makes the retry cheap
-                return dict(zip(labels, found, strict=True))
+                return found
 
     def _sampled_vote(self, kind: str, texts: tuple[str, str, str], role: str, seed: int) -> str:
         build = score_messages if kind == "score" else hint_messages

@@ -1,0 +1,101 @@
+"""The v3 ("channel") judge: which account of the user's mood best explains what they wrote next.
+
+Instead of asking the model for a verdict (the v1 chat prompts and the v2 few-shot prompts), the
+channel judge reads the next state as the *continuation* of a short story and compares how likely
+the model finds it after each framing::
+
+    A user asked an assistant: {request}
+    The assistant answered: {reply}
+    The user was happy with the answer and replied: <next state>      log p = a
+    The user was unhappy with the answer and replied: <next state>    log p = b
+
+A vote is +1 when a > b, else −1. The next state's own wording carries the evidence, and both
+framings score the same tokens, so a small model's prior for one answer word (the v2 judge's
+problem: see ``docs/learning.md``) cancels out. This is the "noisy channel" way of prompting small
+language models (Min et al., 2022). Vote i uses the i-th framing of each label (cycled), and the
+m votes are combined by :func:`clawdesk.judge.parse.majority`.
+
+The directive question (does the next state say *how* the reply should have been?) is asked the
+same way with the ``says-how yes`` / ``says-how no`` framings, and only on votes that were not
+satisfied: a satisfied turn needs no correction. The framings live in
+``clawdesk/judge/prompts/channel_v3.txt`` (sections ``=== context ===``, ``=== satisfied ===``,
+``=== unsatisfied ===``, ``=== says-how yes ===``, ``=== says-how no ===``; one framing per line).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from clawdesk.errors import JudgeError
+from clawdesk.judge.fewshot import flatten
+
+VERSION = "v3-channel"
+TEMPLATE = "channel_v3.txt"
+SCORE_SECTIONS = {"satisfied": 1, "unsatisfied": -1}
+HINT_SECTIONS = {"says-how yes": 1, "says-how no": 0}
+# A directive vote says yes unless "no" explains the next state better by more than this many nats.
+# Each paraphrase pair leans one way on its own; without the margin the demo model accepted a hint
+# on 0.25 of the directive cases of assets/judge-set.jsonl (docs/learning.md).
+SAYS_HOW_MARGIN = 2.0
+
+_SECTION = re.compile(r"^=== ([\w -]+?) ===\n", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The parsed v3 template: the context block and the framings of every label."""
+
+    context: str
+    framings: dict[str, tuple[str, ...]]
+
+    def framing(self, label: str, vote: int) -> str:
+        lines = self.framings[label]
+        return lines[vote % len(lines)]
+
+
+@cache
+def load_frames() -> Frames:
+    """Parse the v3 template (package data); a JudgeError names the file when it is malformed."""
+    try:
+        text = resources.files("clawdesk.judge").joinpath("prompts", TEMPLATE).read_text(encoding="utf-8")
+    except FileNotFoundError as err:
+        raise JudgeError(
+            f"Judge prompt file clawdesk/judge/prompts/{TEMPLATE} is missing; reinstall ClawDesk."
+        ) from err
+    parts = _SECTION.split(text)
+    sections = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    needed = ["context", *SCORE_SECTIONS, *HINT_SECTIONS]
+    missing = [name for name in needed if not sections.get(name)]
+    if missing or parts[0].strip():
+        raise JudgeError(f"{TEMPLATE} needs non-empty sections {', '.join(needed)}; missing: {', '.join(missing)}.")
+    framings = {
+        name: tuple(line.strip() for line in sections[name].splitlines() if line.strip()) for name in needed[1:]
+    }
+    return Frames(sections["context"], framings)
+
+
+def context(request: str, reply: str) -> str:
+    """The shared prefix of every framing (evaluated once per turn: llama.cpp keeps it cached)."""
+    values = {"request": flatten(request), "reply": flatten(reply)}
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), load_frames().context) + "\n"
+
+
+def continuation(next_state: str) -> str:
+    """The scored text: the next state, flattened and clipped like every quoted text."""
+    return " " + flatten(next_state)
+
+
+def decide(
+    logprobs: dict[str, float], labels: dict[str, int], *, prior: dict[str, float] | None = None
+) -> tuple[int, str]:
+    """(vote, logged text) for one vote: the label whose framing explains the next state best.
+
+    ``prior`` adds a fixed offset (nats) to a label before comparing (the directive margin)."""
+    prior = prior or {}
+    best = max(logprobs, key=lambda k: logprobs[k] + prior.get(k, 0.0))
+    shown = " ".join(f"{k.split()[-1]}={v:.2f}" for k, v in logprobs.items())
+    return labels[best], f"channel {shown}"
