@@ -12,7 +12,7 @@ from clawdesk.engine import SamplingParams
 from clawdesk.engine.gate import ChatGate
 from clawdesk.judge.parse import enhanced_user_message
 from clawdesk.judge.prompts import PROMPT_VERSION
-from clawdesk.judge.runner import Judge, JudgeInterrupted
+from clawdesk.judge.runner import Judge, JudgeInterrupted, teacher_prompt
 from clawdesk.judge.service import JudgeLoop, judge_pending
 from clawdesk.store.judgments import (
     backlog,
@@ -86,7 +86,7 @@ def test_teacher_prompt_is_the_served_prompt_plus_hint(engine, config, store):
     hint = "Keep it to one short line."
     enhanced = enhanced_user_message("Shorter please.", hint)
     assert enhanced == "Shorter please.\n\n[user's hint / instruction]\nKeep it to one short line."
-    ids, note = judge._teacher_prompt(store, pending, enhanced)
+    ids, note = teacher_prompt(store, judge.policy, pending, enhanced)
     assert note == ""
     served, _ = store.turn_tokens(b)
     text = engine.llm.detokenize(ids, special=True).decode()
