@@ -131,7 +131,7 @@ def test_a_step_moves_the_lora_not_the_base_and_follows_the_reward(tiny_gguf, re
     model, info = load_base(tiny_gguf)
     base_q = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
     base_embed = model.model.embed_tokens.weight.detach().clone()
-    learner = Learner(model, info, TrainConfig(lr=1e-3, token_budget=64), parent_dir=None)
+    learner = Learner(model, info, TrainConfig(lr=1e-3, epochs=1, token_budget=64), parent_dir=None)  # one pass
     samples = _samples(4, reward, seed=1)
     a_before = lora_tensors(learner.model, "A")
     assert all(float(b.abs().max()) == 0.0 for b in lora_tensors(learner.model, "B").values())  # fresh LoRA
