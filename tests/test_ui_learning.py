@@ -51,7 +51,7 @@ def config(tmp_path) -> Config:
     return Config(
         home=tmp_path,
         chat=ChatConfig(temperature=0.0, max_reply_tokens=24),
-        judge=JudgeConfig(votes=2, max_tokens=96),
+        judge=JudgeConfig(votes=2, max_tokens=96, method="sampled"),  # token-level preemption is timed on sampled votes
         train=TrainConfig(batch_size=1024),
     )
 
