@@ -23,11 +23,19 @@ from clawdesk.store import NewTurn, Session, Store
 
 
 def clean_message(text: str, max_chars: int) -> str:
-    """Reject empty/oversized input; strip NULs and control characters (tabs/newlines stay)."""
+    """Reject empty, oversized or non-text input; strip NULs and control characters (tabs/newlines stay)."""
     if "\x00" in text or any(unicodedata.category(c) == "Cc" and c not in "\t\n\r" for c in text):
         text = "".join(c for c in text if c in "\t\n\r" or unicodedata.category(c) != "Cc")
     if not text.strip():
         raise InputError("the message is empty; type something to send.")
+    # A lone surrogate (from undecodable bytes in argv or a broken paste) cannot be encoded for the
+    # tokenizer or SQLite; refuse it here rather than fail with a UnicodeEncodeError further down.
+    bad = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        raise InputError(
+            f"the message is not valid text: character {bad + 1} is U+{ord(text[bad]):04X}, half of a broken "
+            "character pair (often bytes that are not UTF-8). Remove it or re-encode the text as UTF-8."
+        )
     if len(text) > max_chars:
         raise InputError(
             f"the message is {len(text):,} characters; the limit is {max_chars:,} "

@@ -30,7 +30,9 @@ def _add_global(p: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from clawdesk.cli_args import Parser, count
+
+    parser = Parser(
         prog="clawdesk",
         description="A local personal agent that learns from being used. Run without a command to chat.",
     )
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("ask", cmd_ask, "one turn without the TUI, streamed to stdout and recorded")
     p.add_argument("text", nargs="?", help="the message; '-' reads it from standard input")
     p.add_argument("-c", "--continue", dest="cont", action="store_true", help="continue the latest session")
-    p.add_argument("--session", type=int, metavar="ID", help="continue session ID")
+    p.add_argument("--session", type=count, metavar="ID", help="continue session ID")
     p.add_argument("--no-think", action="store_true", help="turn Qwen3 thinking off for this turn")
     p.add_argument("--incognito", action="store_true", help="start an incognito session (never learned from)")
     p.add_argument(
@@ -59,9 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     from clawdesk import cli_learning
 
     cli_learning.add_commands(add)
+    from clawdesk import cli_data
+
+    cli_data.add_commands(add)
     from clawdesk import cli_eval
 
     cli_eval.add_command(add)
+    from clawdesk import cli_doctor
+
+    cli_doctor.add_command(add)
     p = add("learning", cmd_learning, "turn learning on or off, or show its state")
     p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
     p = add("pull", cmd_pull, "download a known model (default: qwen3-4b)")
@@ -99,7 +107,10 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
         return rate_last(args, config)
     if args.text is None:
         raise InputError("give a message: clawdesk ask TEXT (or '-' to read standard input)")
-    text = sys.stdin.read() if args.text == "-" else args.text
+    try:
+        text = sys.stdin.read() if args.text == "-" else args.text
+    except UnicodeDecodeError as exc:
+        raise InputError(f"standard input is not UTF-8 text ({exc.reason} at byte {exc.start}); re-encode it.") from exc
     text = clean_message(text, config.chat.max_message_chars)  # fail fast, before loading a model
     store = open_store(config)
     try:

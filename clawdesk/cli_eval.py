@@ -13,6 +13,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from clawdesk.cli_args import count, positive_float, seed
 from clawdesk.config import Config
 from clawdesk.errors import ConfigError, InputError
 from clawdesk.progress import ProgressBar
@@ -33,13 +34,15 @@ def add_command(add) -> None:
     p.add_argument("--method", choices=["off", "shuffled", "binary", "opd", "combined"], default="combined")
     p.add_argument("--judge", choices=["oracle", "self"], default="self", help="self = the app's judge (default)")
     p.add_argument("--judge-method", choices=["channel", "logprob", "sampled"], help="override judge.method")
-    p.add_argument("--interactions", type=int, default=64, metavar="N")
-    p.add_argument("--train-every", type=int, metavar="K", help="judge and train every K interactions (default B)")
-    p.add_argument("--batch-size", type=int, metavar="B", help="samples per optimizer step (default train.batch_size)")
-    p.add_argument("--epochs", type=int, metavar="E", help="optimizer passes per batch (default train.epochs)")
-    p.add_argument("--lr", type=float, help="LoRA learning rate (default train.lr)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-reply-tokens", type=int, default=160, metavar="T", help="reply cap in the eval")
+    p.add_argument("--interactions", type=count, default=64, metavar="N")
+    p.add_argument("--train-every", type=count, metavar="K", help="judge and train every K interactions (default B)")
+    p.add_argument(
+        "--batch-size", type=count, metavar="B", help="samples per optimizer step (default train.batch_size)"
+    )
+    p.add_argument("--epochs", type=count, metavar="E", help="optimizer passes per batch (default train.epochs)")
+    p.add_argument("--lr", type=positive_float, help="LoRA learning rate (default train.lr)")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--max-reply-tokens", type=count, default=160, metavar="T", help="reply cap in the eval")
     p.add_argument("--out", type=Path, metavar="DIR", help="where result.json, curve.png (and compare.*) go")
     p.add_argument("--compare", action="store_true", help="run off/shuffled/binary/opd/combined with one seed")
     p.add_argument("--probe", action="store_true", help="print the base and with-hint scores only (a minute)")
@@ -49,16 +52,16 @@ def add_command(add) -> None:
 
 
 def _config_for(args: argparse.Namespace, config: Config) -> Config:
-    try:
-        train = config.train
-        for key in ("epochs", "lr"):
-            if getattr(args, key) is not None:
+    train, judge = config.train, config.judge
+    # Checked here, before any model loads, against the same ranges as config.toml; the message names the flag.
+    for key in ("epochs", "lr", "batch_size"):
+        if getattr(args, key) is not None:
+            try:
                 train = dataclasses.replace(train, **{key: getattr(args, key)})
-        judge = config.judge
-        if args.judge_method:
-            judge = dataclasses.replace(judge, method=args.judge_method)
-    except ValueError as exc:
-        raise ConfigError(f"bad option: {exc}") from exc
+            except ValueError as exc:
+                raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from exc
+    if args.judge_method:
+        judge = dataclasses.replace(judge, method=args.judge_method)  # argparse choices = JudgeConfig's
     return dataclasses.replace(config, train=train, judge=judge)
 
 
@@ -158,6 +161,10 @@ def _judge_set(args: argparse.Namespace, config: Config) -> int:
 
     path = Path(args.judge_set) if args.judge_set else assets_dir() / "judge-set.jsonl"
     cases = load_cases(path)
+    if args.out is not None:  # before the judge runs for minutes, not after
+        from clawdesk.store.db import ensure_dir
+
+        ensure_dir(args.out, "output folder", "Choose another place with --out.")
     store = open_store(config)
     try:
         engine = load_engine(config, store, args.model)

@@ -9,23 +9,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from clawdesk.cli_args import count
 from clawdesk.config import Config
 from clawdesk.progress import ProgressBar
 
 
 def add_commands(add) -> None:
     p = add("judge", cmd_judge, "judge all pending turns now (rewards and hints from your next messages)")
-    p.add_argument("--limit", type=int, metavar="N", help="judge at most N turns")
+    p.add_argument("--limit", type=count, metavar="N", help="judge at most N turns")
     p = add("train", cmd_train, "train the next adapter version(s) from judged turns, headless")
-    p.add_argument("--steps", type=int, metavar="N", help="at most N optimizer steps (default: all full batches)")
-    p.add_argument("--batch-size", type=int, metavar="B", help="samples per step (default train.batch_size)")
+    p.add_argument("--steps", type=count, metavar="N", help="at most N optimizer steps (default: all full batches)")
+    p.add_argument("--batch-size", type=count, metavar="B", help="samples per step (default train.batch_size)")
     p = add("adapters", cmd_adapters, "list adapter versions, or choose which one the chat serves")
     p.add_argument("action", nargs="?", choices=["list", "use", "rollback", "off"], default="list")
-    p.add_argument("n", nargs="?", type=int, help="version number for `use`")
+    p.add_argument("n", nargs="?", type=count, metavar="N", help="version number for `use`")
     p = add("export", cmd_export, "export an adapter version (PEFT folder, GGUF LoRA, or Ollama Modelfile)")
     p.add_argument("--format", choices=["peft", "gguf", "ollama"], default="peft")
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
-    p.add_argument("--version", type=int, metavar="N", help="default: the active version, else the newest ready")
+    p.add_argument("--version", type=count, metavar="N", help="default: the active version, else the newest ready")
     p = add("export-data", cmd_export_data, "export judged samples as TRL-ready JSONL")
     p.add_argument("--out", required=True, type=Path, metavar="FILE")
 
@@ -93,13 +94,17 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
 def cmd_train(args: argparse.Namespace, config: Config) -> int:
     import dataclasses
 
+    from clawdesk.errors import ConfigError
     from clawdesk.learn.trainer import train
     from clawdesk.reload import select
     from clawdesk.runtime import model_sha256, open_store, resolve_served_model
 
-    train_cfg = (
-        config.train if args.batch_size is None else dataclasses.replace(config.train, batch_size=args.batch_size)
-    )
+    try:
+        train_cfg = (
+            config.train if args.batch_size is None else dataclasses.replace(config.train, batch_size=args.batch_size)
+        )
+    except ValueError as exc:  # the range lives in TrainConfig; say which flag broke it
+        raise ConfigError(f"--batch-size: {exc}") from exc
     store = open_store(config)
     try:
         if not store.learning_enabled:

@@ -12,13 +12,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from clawdesk.errors import AdapterError, NotFoundError
+from clawdesk.errors import AdapterError, DataDirError, InputError, NotFoundError
 from clawdesk.learn.versions import get_version, list_versions
+from clawdesk.private import make_private, open_private
 from clawdesk.reload import active_version
 from clawdesk.store import Store
 from clawdesk.store.db import ensure_dir
 
 FORMATS = ("peft", "gguf", "ollama")
+OUT_FIX = "Choose another place with --out."
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
@@ -63,6 +65,15 @@ def _readme(row, meta: dict[str, Any], fmt: str, files: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _without_conversation(meta: dict[str, Any]) -> dict[str, Any]:
+    """The version's metadata minus anything a person wrote: a sample's hint is their own next message.
+
+    Conversations leave the data dir only through ``export-data``, which is asked for by name.
+    """
+    samples = [{k: v for k, v in s.items() if k != "hint"} for s in meta.get("samples", [])]
+    return meta | {"samples": samples} if "samples" in meta else meta
+
+
 def export_adapter(
     store: Store, fmt: str, out_dir: Path, *, n: int | None = None, base_gguf: Path | None = None
 ) -> Path:
@@ -71,7 +82,7 @@ def export_adapter(
     row = _pick(store, n)
     meta_path = row.path / "metadata.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    ensure_dir(out_dir, "export folder")
+    ensure_dir(out_dir, "export folder", OUT_FIX)
     files: list[str] = []
     if fmt == "peft":
         for name in PEFT_FILES:
@@ -92,9 +103,11 @@ def export_adapter(
         (out_dir / "Modelfile").write_text(f"FROM {Path(base).resolve()}\nADAPTER ./{row.gguf_path.name}\n")
         files.append("Modelfile")
     if meta:
-        (out_dir / "metadata.json").write_text(json.dumps(meta, indent=2))
+        (out_dir / "metadata.json").write_text(json.dumps(_without_conversation(meta), indent=2))
         files.append("metadata.json")
     (out_dir / "README.md").write_text(_readme(row, meta, fmt, files))
+    for name in [*files, "README.md"]:  # copies and new files follow the umask; an export is as private as its source
+        make_private(out_dir / name)
     return out_dir
 
 
@@ -111,9 +124,21 @@ def export_data(store: Store, out_file: Path) -> int:
         ORDER BY t.id
     """
     rows = list(store.db.query(sql))
-    ensure_dir(out_file.parent, "export folder")
+    if out_file.is_dir():
+        raise InputError(f"{out_file} is a folder; give --out a file name, e.g. {out_file / 'samples.jsonl'}")
+    ensure_dir(out_file.parent, "export folder", OUT_FIX)
     tmp = out_file.with_suffix(out_file.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    try:
+        _write_samples(store, rows, tmp)
+        tmp.replace(out_file)
+    except OSError as exc:  # disk full, a path that turned into a folder: no half-written file is left behind
+        tmp.unlink(missing_ok=True)
+        raise DataDirError(f"cannot write {out_file}: {exc.strerror or exc}. {OUT_FIX}") from exc
+    return len(rows)
+
+
+def _write_samples(store: Store, rows: list[dict[str, Any]], tmp: Path) -> None:
+    with open_private(tmp, "w") as fh:  # the samples are conversations: owner-only, like the log
         for r in rows:
             earlier = [t for t in store.list_turns(r["session_id"]) if t.seq < r["seq"]][r["dropped_turns"] :]
             prompt = [{"role": "system", "content": r["system_prompt"]}] if r["system_prompt"] else []
@@ -133,5 +158,3 @@ def export_data(store: Store, out_file: Path) -> int:
                 "turn_id": r["id"],
             }
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    tmp.replace(out_file)
-    return len(rows)

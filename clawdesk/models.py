@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,13 +89,14 @@ def resolve_model(spec: str, models_dir: Path, *, explicit: bool) -> ResolvedMod
     path = Path(spec).expanduser()
     if not path.is_absolute() and not path.exists() and (models_dir / spec).exists():
         path = models_dir / spec
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         names = ", ".join([*KNOWN_MODELS, DEMO_NAME])
         raise ModelError(f"model file not found: {path}. Give a path to a .gguf file or one of: {names}.")
-    if path.is_dir():
-        raise ModelError(f"{path} is a directory; --model needs a .gguf file inside it.")
     check_gguf(path)
-    return ResolvedModel(name=path.stem, path=path.resolve())
+    try:
+        return ResolvedModel(name=path.stem, path=path.resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop found while resolving (Python < 3.13: RuntimeError)
+        raise ModelError(f"cannot resolve the model path {path} ({exc}); point --model at the file itself.") from exc
 
 
 def _demo(note: str) -> ResolvedModel:
@@ -107,12 +110,22 @@ def _demo(note: str) -> ResolvedModel:
 
 
 def check_gguf(path: Path) -> None:
-    """Cheap structural check before llama.cpp sees the file: magic, version, non-trivial size."""
+    """Cheap structural check before llama.cpp sees the file: a regular file, magic, version, non-trivial size."""
+    try:
+        # stat first: opening a FIFO for reading would block until a writer appears, i.e. forever.
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}. Give a path to a .gguf file.") from exc
+    if stat.S_ISDIR(mode):
+        raise ModelError(f"{path} is a directory; --model needs a .gguf file inside it.")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file (a device or socket)"
+        raise ModelError(f"{path} is {kind}; --model needs a .gguf model file.")
     try:
         with path.open("rb") as fh:
             header = fh.read(24)
     except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror}") from exc
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}. Check its permissions.") from exc
     if len(header) < 24 or header[:4] != GGUF_MAGIC:
         raise ModelError(
             f"{path} is not a GGUF model file (it does not start with the GGUF header). "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from clawdesk.engine import Engine
 from clawdesk.errors import AdapterError, NotFoundError
-from clawdesk.learn.versions import ADAPTER_GGUF, AdapterVersion, get_version, list_versions
+from clawdesk.learn.versions import AdapterVersion, get_version, list_versions
 from clawdesk.store import Store
 
 ACTIVE_KEY = "active_adapter"
@@ -33,10 +33,11 @@ def check_servable(row: AdapterVersion, base_sha256: str, base_name: str) -> Non
             f"but the chat serves {base_name} (sha256 {base_sha256[:12]}…). "
             "Serve that model with --model, or pick another version."
         )
-    if not row.gguf_path.is_file():
-        raise AdapterError(
-            f"adapter v{row.version} has no {ADAPTER_GGUF} at {row.gguf_path}; it may have been deleted."
-        )
+    from clawdesk.learn.adapter_files import check_version_dir
+
+    # A missing, damaged, truncated or foreign file (metadata for another base, not a GGUF LoRA) is
+    # refused here with its name, before llama.cpp parses it; Engine.load_adapter checks the shapes.
+    check_version_dir(row.path, base_sha256=base_sha256)
 
 
 def select(store: Store, n: int | None, *, base_sha256: str, base_name: str) -> None:
@@ -81,9 +82,17 @@ class AdapterSwitch:
             self.store.set_setting(ACTIVE_KEY, None)
             return
         row = get_version(self.store, n)
-        check_servable(row, ident.sha256, ident.name)
-        self.engine.load_adapter(row.gguf_path, n)
+        try:
+            check_servable(row, ident.sha256, ident.name)
+            self.engine.load_adapter(row.gguf_path, n)  # all or nothing: a failure keeps what is served
+        except AdapterError as err:
+            raise AdapterError(f"{str(err).rstrip('.')}. The chat keeps serving {self.serving()}.") from err
         self.store.set_setting(ACTIVE_KEY, n)
+
+    def serving(self) -> str:
+        """What the engine serves now, for messages: ``"v3"`` or ``"the base model"``."""
+        n = self.engine.adapter_version
+        return "the base model" if n is None else f"v{n}"
 
     def rollback(self) -> int | None:
         """Serve the previous ready version (or the base weights when there is none)."""
@@ -97,7 +106,9 @@ class AdapterSwitch:
         A version trained *after* the choice was last made (the app closed while its trainer
         process was still running) becomes the choice first; a later rollback or `use` is newer
         than the version and is respected. Returns a message when the persisted version cannot be
-        served (it is then cleared), so a bad choice never blocks the chat.
+        served (missing or damaged file, refused by llama.cpp): the engine then keeps what it
+        served before and that becomes the persisted choice, so a bad version never blocks the
+        chat nor takes the last good adapter away.
         """
         newer = trained_since_choice(self.store, self.engine.identity.sha256)
         if newer is not None:
@@ -107,8 +118,10 @@ class AdapterSwitch:
             return None
         try:
             self.activate(want)
-        except (AdapterError, NotFoundError) as err:
-            self.engine.clear_adapter()
-            self.store.set_setting(ACTIVE_KEY, None)
-            return f"serving the base model: {err}"
+        except AdapterError as err:
+            self.store.set_setting(ACTIVE_KEY, self.engine.adapter_version)
+            return str(err)
+        except NotFoundError as err:
+            self.store.set_setting(ACTIVE_KEY, self.engine.adapter_version)
+            return f"{str(err).rstrip('.')}. The chat keeps serving {self.serving()}."
         return None

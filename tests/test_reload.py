@@ -122,11 +122,11 @@ def test_rollback_and_sync(engine, store, switch, tmp_path):
     # The persisted choice (e.g. from `clawdesk adapters use 2`) is applied by sync().
     store.set_setting(ACTIVE_KEY, 2)
     assert switch.sync() is None and engine.adapter_version == 2
-    # A persisted choice that cannot be served falls back to the base with a message.
+    # A persisted choice that cannot be served keeps what is served (v2), with a message (issue #7).
     store.set_setting(ACTIVE_KEY, 3)
     message = switch.sync()
-    assert message and "rejected" in message and engine.adapter_version is None
-    assert active_version(store) is None
+    assert message and "rejected" in message and "keeps serving v2" in message and engine.adapter_version == 2
+    assert active_version(store) == 2
 
 
 def test_version_trained_after_the_last_choice_is_served_on_sync(engine, store, switch, tmp_path):

@@ -383,17 +383,38 @@ class Engine:
     # -- adapters -------------------------------------------------------------------------
 
     def load_adapter(self, path: Path, version: int | None) -> None:
-        """Hot-swap to the GGUF LoRA at ``path`` (no base-model reload). Waits for a running reply."""
+        """Hot-swap to the GGUF LoRA at ``path`` (no base-model reload). Waits for a running reply.
+
+        All or nothing: when llama.cpp cannot read the file or refuses to apply it, AdapterError is
+        raised and the adapter served before (or the base) is still what the next reply uses.
+        """
         import llama_cpp
 
+        from clawdesk.learn.adapter_files import BaseDims, check_gguf_lora
+
+        # Checked in Python first (format, arch, shapes vs this base): llama.cpp's native parser
+        # should only ever see an intact GGUF LoRA made for this model.
+        check_gguf_lora(path, arch=self.identity.arch, dims=BaseDims.from_metadata(self.llm.metadata))
         with self.lock:
             adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model, str(path).encode("utf-8"))
             if not adapter:
                 raise AdapterError(f"llama.cpp could not load the LoRA adapter {path}")
-            self._free_adapter()
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter)
+            scales = (ctypes.c_float * 1)(1.0)
+            if llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, adapters, 1, scales) != 0:
+                llama_cpp.llama_adapter_lora_free(adapter)
+                # What the context holds after a refusal is unspecified: clear it, so the next
+                # reply's _apply_adapter sets the previous adapter (still self._adapter) again.
+                llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
+                self._adapter_applied = False
+                self.llm.reset()
+                raise AdapterError(f"llama.cpp refused to apply the LoRA adapter {path}")
+            previous = self._adapter
             self._adapter, self._adapter_path, self.adapter_version = adapter, path, version
-            self._adapter_applied = False
-            self._apply_adapter(True)
+            self._adapter_applied = True
+            self.llm.reset()  # KV entries computed under the other weights must not be reused
+            if previous is not None:
+                llama_cpp.llama_adapter_lora_free(previous)  # no longer set on the context
 
     def clear_adapter(self) -> None:
         with self.lock:

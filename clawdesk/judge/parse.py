@@ -67,15 +67,35 @@ _NEUTRALISE = (
 )
 
 
+# Chat-template markup that Engine.tokenize (special=True) would turn into control tokens: ChatML /
+# Llama 3 / Phi ``<|…|>`` (and DeepSeek's full-width ``<｜…｜>``), Gemma's turn tags, think tags.
+_TEMPLATE_MARKERS = (
+    (re.compile(r"<(?=[|｜])"), "‹"),
+    (re.compile(r"<(?=\s*/?\s*(?:think|start_of_turn|end_of_turn)\s*>)", re.IGNORECASE), "‹"),
+)
+
+
+def neutralise_template_markers(text: str) -> str:
+    """User text that cannot pose as chat-template structure once rendered and tokenized with special tokens.
+
+    ``<|im_start|>`` becomes ``‹|im_start|>``: still readable, but no longer the control token, so a
+    quoted message can never open a new role turn in a rendered prompt.
+    """
+    for pattern, replacement in _TEMPLATE_MARKERS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def neutralise(text: str) -> str:
-    """Make user text inert inside a judge prompt: no fence, think tag, score, verdict or hint marker.
+    """Make user text inert inside a judge prompt: no fence, think tag, score, verdict, hint or chat-template marker.
 
     The text stays readable (``\\boxed`` becomes ``⧵boxed``, ``Score:`` becomes ``Score=``, ``[[``
-    becomes ``[ [``, fence ``<<<`` becomes ``‹‹‹``), so the judge still sees what the user wrote.
+    becomes ``[ [``, fence ``<<<`` becomes ``‹‹‹``, ``<|im_end|>`` becomes ``‹|im_end|>``), so the
+    judge still sees what the user wrote.
     """
     for pattern, replacement in _NEUTRALISE:
         text = pattern.sub(replacement, text)
-    return text
+    return neutralise_template_markers(text)
 
 
 def strip_thinking(output: str) -> str:
@@ -216,5 +236,9 @@ def hint_problem(hint: str, *, reply: str = "") -> str | None:
 
 
 def enhanced_user_message(last_user: str, hint: str) -> str:
-    """The teacher's last user message: the original text with the hint appended under a header."""
-    return last_user + HINT_HEADER + hint
+    """The teacher's last user message: the original text with the hint appended under a header.
+
+    ``last_user`` stays exact (the teacher prompt must rebuild the served prompt); the hint is quoted
+    user text, so its chat-template markers are neutralised: it cannot open a role turn of its own.
+    """
+    return last_user + HINT_HEADER + neutralise_template_markers(hint)

@@ -98,13 +98,23 @@ class Learner:
 
     def __init__(self, model, info, config: TrainConfig, *, parent_dir: Path | None, gradient_checkpointing=True):
         import torch
-        from peft import LoraConfig, PeftModel, get_peft_model
+        from peft import LoraConfig, get_peft_model
 
         from clawdesk.learn.gguf_lora import TARGET_MODULES  # the modules the GGUF writer can map
 
         self.info, self.config, self.device = info, config, info.device
         if parent_dir is not None:
-            self.model = PeftModel.from_pretrained(model, str(parent_dir), is_trainable=True)
+            from clawdesk.learn.adapter_files import load_peft_adapter, load_state_into
+
+            # Not PeftModel.from_pretrained: it would unpickle an adapter_model.bin when the safetensors
+            # file is missing. The parent's files are checked and read as safetensors only.
+            fix = (
+                f"Training continues from the newest ready version ({parent_dir.name}), so it cannot go on until "
+                "that file is restored; the chat can still serve another version (`clawdesk adapters rollback`)."
+            )
+            lora, state = load_peft_adapter(parent_dir, fix=fix)
+            self.model = get_peft_model(model, lora)
+            load_state_into(self.model, state, parent_dir / "adapter_model.safetensors", fix=fix)
         else:
             lora = LoraConfig(
                 r=config.lora_r,

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 from clawdesk.errors import AdapterError, NotFoundError, TrainError
 from clawdesk.learn.samples import Sample
+from clawdesk.private import make_private
 from clawdesk.store.log import Store
 
 ADAPTER_GGUF = "adapter.gguf"
@@ -141,6 +143,7 @@ def staging_dir(adapters_dir: Path, version: int) -> Path:
 def write_adapter(model, out_dir: Path, *, arch: str, n_head: int, n_head_kv: int) -> dict[str, Any]:
     """Save ``model`` (a PeftModel) into ``out_dir`` as a PEFT dir plus ``adapter.gguf``; return the LoRA shape."""
     from peft import get_peft_model_state_dict
+    from safetensors import SafetensorError
 
     from clawdesk.learn.gguf_lora import write_gguf_lora
 
@@ -148,7 +151,7 @@ def write_adapter(model, out_dir: Path, *, arch: str, n_head: int, n_head_kv: in
     try:
         # No embedding layers are adapted; "auto" would look for the base's config.json, even on the Hub.
         model.save_pretrained(str(out_dir), save_embedding_layers=False)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own error, not OSError
         raise TrainError(f"Cannot write the PEFT adapter to {out_dir} ({exc}); check free disk space.") from exc
     write_gguf_lora(
         get_peft_model_state_dict(model, save_embedding_layers=False),
@@ -171,10 +174,14 @@ def write_metadata(out_dir: Path, metadata: dict[str, Any]) -> None:
 
 def publish(staged: Path, adapters_dir: Path, version: int) -> Path:
     """Rename the complete staging dir to ``<adapters_dir>/v<version>`` (atomic on one filesystem)."""
+    pause_for_crash_test("publish")
     final = adapters_dir / f"v{version}"
     if final.exists():
         raise TrainError(f"{final} already exists; adapter versions are never overwritten. Move it aside and retry.")
     try:
+        # save_pretrained and the GGUF writer create files with the umask (often world-readable);
+        # what was learned from someone's chats is theirs alone, so 0700/0600 before it is published.
+        make_private(staged)
         os.rename(staged, final)
     except OSError as exc:
         raise TrainError(f"Cannot move {staged} to {final} ({exc}).") from exc
@@ -203,6 +210,7 @@ def record_version(
     """
     if status not in ("ready", "rejected"):
         raise ValueError(f"bad adapter status {status!r}")
+    pause_for_crash_test("record")
     with store.transaction():
         marks = ",".join("?" * len(samples))
         used = store.db.execute(
@@ -322,6 +330,21 @@ def validate(
         "finite": after["finite"],
         "heldout": held,
     }
+
+
+def pause_for_crash_test(point: str) -> None:
+    """Test hook: with ``CLAWDESK_TEST_PAUSE_AT=<point>`` print ``clawdesk-test-pause <point>`` on stderr and wait.
+
+    The crash tests (tests/test_crash.py) SIGKILL the trainer exactly between writing a version's
+    files and publishing them (``publish``), or between publishing and recording the row
+    (``record``); without a hook they could only guess when that is. The variable is read at call
+    time and is never set outside those tests; the process blocks on a line of stdin.
+    """
+    if os.environ.get("CLAWDESK_TEST_PAUSE_AT") != point:
+        return
+    sys.stderr.write(f"clawdesk-test-pause {point}\n")
+    sys.stderr.flush()
+    sys.stdin.readline()
 
 
 @contextlib.contextmanager

@@ -8,8 +8,10 @@ never leave half a turn behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 import sqlite_utils
 
-from clawdesk.errors import NotFoundError, StoreError
+from clawdesk.errors import InputError, NotFoundError, StoreError
 from clawdesk.store.db import open_database
 from clawdesk.store.tokens import pack_ids, unpack_ids
 
@@ -203,6 +205,7 @@ class Store:
             self.db.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [*changes.values(), session_id])
 
     def delete_session(self, session_id: int) -> None:
+        """Drop a session row; for a chat with recorded turns use ``clawdesk.store.forget`` (VACUUMs the text)."""
         self.get_session(session_id)
         with self.transaction():
             self.db.execute("DELETE FROM sessions WHERE id = ?", [session_id])
@@ -302,14 +305,55 @@ class _Tx:
         self.store = store
 
     def __enter__(self):
-        self._ctx = self.store.db.atomic()
-        return self._ctx.__enter__()
+        db = self.store.db
+        # The outermost transaction begins IMMEDIATE: one that reads before it writes (add_turn's
+        # seq, record_version's used-sample check) would otherwise fail at once with "database is
+        # locked" when another process committed in between (a stale WAL snapshot is not retried
+        # by busy_timeout); IMMEDIATE waits for the write lock up front instead. Nested: a savepoint.
+        self._ctx = db.atomic() if db.conn.in_transaction else _immediate(db)
+        try:
+            return self._ctx.__enter__()
+        except sqlite3.Error as err:
+            raise StoreError(_write_failed(self.store.path, err)) from err
 
     def __exit__(self, exc_type, exc, tb):
         try:
             result = self._ctx.__exit__(exc_type, exc, tb)
         except sqlite3.Error as err:
-            raise StoreError(f"could not write to {self.store.path}: {err}") from err
+            raise StoreError(_write_failed(self.store.path, err)) from err
         if isinstance(exc, sqlite3.Error):
-            raise StoreError(f"could not write to {self.store.path}: {exc}") from exc
+            raise StoreError(_write_failed(self.store.path, exc)) from exc
+        if isinstance(exc, UnicodeEncodeError):  # a lone surrogate: SQLite only stores valid UTF-8
+            bad = exc.object[exc.start : exc.end]
+            raise InputError(
+                f"cannot save text containing U+{ord(bad[0]):04X} (half of a broken character pair) to "
+                f"{self.store.path}: it is not valid Unicode. Remove it and try again; nothing was written."
+            ) from exc
         return result
+
+
+@contextlib.contextmanager
+def _immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """sqlite-utils' ``atomic()`` for an outermost transaction, begun with ``BEGIN IMMEDIATE``."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.conn.rollback()
+        raise
+    try:
+        db.conn.execute("COMMIT")
+    except BaseException:
+        db.conn.rollback()
+        raise
+
+
+def _write_failed(path: Path, err: sqlite3.Error) -> str:
+    """The StoreError message for a failed write; a full disk (or file size limit) says what to do."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR):
+        return (
+            f"could not write to {path}: {err}. The disk may be full: free disk space and try again "
+            "(the transaction was rolled back; earlier turns are intact)."
+        )
+    return f"could not write to {path}: {err}"

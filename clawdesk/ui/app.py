@@ -495,8 +495,11 @@ class ClawDeskApp(LearningActions, App[None]):
         async def delete(yes: bool | None) -> None:
             if not yes:
                 return
+            from clawdesk.store.forget import forget_session
+
             try:
-                self.store.delete_session(sid)
+                # Deletes the turns with their judgments and samples, then VACUUMs: no text left in the file.
+                result = forget_session(self.store, sid)
             except ClawDeskError as err:
                 self.notify(str(err), severity="error")
                 return
@@ -504,7 +507,8 @@ class ClawDeskApp(LearningActions, App[None]):
                 await self.start_new_chat()
             else:
                 await self.refresh_sessions()
-            self.notify(f"Deleted “{session.title}”.")
+            advice = result.advice()
+            self.notify(f"Deleted “{session.title}”." + (f"\n{advice}" if advice else ""))
 
         question = f"Delete “{session.title}” and its {session.n_turns} exchange(s)? This cannot be undone."
         self.push_screen(ConfirmScreen(question), delete)

@@ -165,8 +165,10 @@ class LearningController:
         from clawdesk.learn.versions import list_versions
 
         self._versions_before = max((v.version for v in list_versions(self.app.store)), default=0)
-        self.config.logs_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.config.logs_dir / "trainer.log").open("a", encoding="utf-8")
+        from clawdesk.private import open_private, private_dir
+
+        # The trainer's stderr can quote turns (errors, warnings): owner-only, like the log itself.
+        log = open_private(private_dir(self.config.logs_dir) / "trainer.log", "a")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
         log.close()
         self.state.running, self.state.phase, self.state.message = True, "starting", "starting the trainer"

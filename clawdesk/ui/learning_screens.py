@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Sparkline, Static
 
+from clawdesk.store.forget import trained_on
 from clawdesk.store.judgments import forget, list_judged, set_rating, set_veto
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class LearnedScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,f5", "close", "Back"),
         Binding("v", "veto", "Veto/unveto"),
-        Binding("delete,d", "delete", "Delete"),
+        Binding("delete,d", "delete", "Forget judgment"),
         Binding("plus,equals_sign", "rate(1)", "👍"),
         Binding("minus", "rate(-1)", "👎"),
     ]
@@ -101,14 +102,23 @@ class LearnedScreen(Screen[None]):
         self.controller.refresh()
 
     def action_delete(self) -> None:
-        """Forget what was learned from this turn: its judgment goes, and it is vetoed for good."""
+        """Forget what was learned from this turn: its judgment goes, and it is vetoed for good.
+
+        The message itself stays in its chat: erasing words is "Delete chat" (clawdesk.store.forget),
+        so the notice says which of the two happened.
+        """
         turn_id = self._current()
         if turn_id is None:
             return
         forget(self.app.store, turn_id)
         self.reload()
         self.controller.refresh()
-        self.notify(f"Turn {turn_id} deleted from learning.")
+        versions = ", ".join(f"v{v}" for v in trained_on(self.app.store, [turn_id]))
+        self.notify(
+            f"Turn {turn_id}: its judgment is forgotten and it will never be trained on. The message stays in "
+            "its chat (delete the chat to erase it)."
+            + (f" Adapter {versions} already learned from it: roll back on the F6 screen." if versions else "")
+        )
 
     def action_rate(self, rating: int) -> None:
         turn_id = self._current()
