@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from clawdesk.cli_args import count
 from clawdesk.config import Config
 from clawdesk.errors import InputError
 
@@ -18,8 +19,8 @@ from clawdesk.errors import InputError
 def add_commands(add) -> None:
     p = add("forget", cmd_forget, "delete chats or turns for good (and compact the file so no text is left)")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--session", type=int, metavar="ID", help="delete chat session ID and all its turns")
-    which.add_argument("--turn", type=int, metavar="ID", help="delete one turn (a message and its reply)")
+    which.add_argument("--session", type=count, metavar="ID", help="delete chat session ID and all its turns")
+    which.add_argument("--turn", type=count, metavar="ID", help="delete one turn (a message and its reply)")
     which.add_argument("--all", action="store_true", help="delete every session and turn")
     which.add_argument("--compact", action="store_true", help="only compact the file (after a blocked forget)")
     p.add_argument("--yes", action="store_true", help="do not ask before --all")

@@ -2,7 +2,8 @@
 
 Every adapter export carries a README with the base model identity and a training summary, so
 the folder is useful on its own. ``export_data`` writes TRL-ready conversational JSONL and never
-includes incognito sessions, turns recorded with learning OFF, or vetoed turns.
+includes incognito sessions, turns recorded with learning OFF, vetoed turns, or turns judged
+``0`` (unclear: no label to give them).
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ def export_adapter(
     if fmt not in FORMATS:
         raise AdapterError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     row = _pick(store, n)
+    from clawdesk.learn.adapter_files import check_version_dir
+
+    # What leaves the data dir must load where it goes: damaged, truncated or foreign files are refused here.
+    check_version_dir(
+        row.path,
+        base_sha256=row.base_sha256,
+        peft=fmt == "peft",
+        fix="Export another version with --version N (`clawdesk adapters` lists them).",
+    )
     meta_path = row.path / "metadata.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     ensure_dir(out_dir, "export folder", OUT_FIX)
@@ -121,6 +131,7 @@ def export_data(store: Store, out_file: Path) -> int:
         JOIN sessions s ON s.id = t.session_id
         LEFT JOIN feedback f ON f.turn_id = t.id
         WHERE j.status = 'judged' AND s.incognito = 0 AND t.learning = 1 AND coalesce(f.vetoed, 0) = 0
+          AND coalesce(f.rating, j.reward, 0) != 0  -- 'unclear' (0) has no label: KTO would read it as bad
         ORDER BY t.id
     """
     rows = list(store.db.query(sql))

@@ -94,6 +94,17 @@ class AdapterSwitch:
         n = self.engine.adapter_version
         return "the base model" if n is None else f"v{n}"
 
+    def _serve_older_than(self, version: int) -> int | None:
+        """Activate the newest ready version before ``version`` that can be served; None when none can."""
+        before = version
+        while (older := previous_ready(self.store, before, self.engine.identity.sha256)) is not None:
+            try:
+                self.activate(older)
+                return older
+            except AdapterError:
+                before = older
+        return None
+
     def rollback(self) -> int | None:
         """Serve the previous ready version (or the base weights when there is none)."""
         target = previous_ready(self.store, self.engine.adapter_version, self.engine.identity.sha256)
@@ -119,6 +130,12 @@ class AdapterSwitch:
         try:
             self.activate(want)
         except AdapterError as err:
+            if self.engine.adapter_version is None and want is not None:
+                # Nothing served yet (a fresh start): fall back to the newest older version that
+                # loads, rather than to the base, so a damaged file does not undo what was learned.
+                fallback = self._serve_older_than(want)
+                if fallback is not None:
+                    return f"{str(err).split('. The chat keeps serving')[0]}. Serving v{fallback} instead."
             self.store.set_setting(ACTIVE_KEY, self.engine.adapter_version)
             return str(err)
         except NotFoundError as err:

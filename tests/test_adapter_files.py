@@ -215,6 +215,21 @@ def test_the_chat_refuses_a_damaged_version_before_llama_cpp_sees_it(engine, sto
         engine.clear_adapter()
 
 
+@pytest.mark.parametrize("fmt", ["peft", "gguf"])
+def test_export_refuses_a_damaged_version_naming_the_file(store, tmp_path, fmt):
+    from clawdesk.export import export_adapter
+
+    vdir = _version_dir(tmp_path / "v1")
+    _add_row(store, vdir, 1)
+    assert export_adapter(store, fmt, tmp_path / "ok", n=1).is_dir()  # intact: exported
+    damaged = vdir / ("adapter_model.safetensors" if fmt == "peft" else "adapter.gguf")
+    _truncate(damaged)
+    with pytest.raises(AdapterError, match="Export another version") as err:
+        export_adapter(store, fmt, tmp_path / "bad", n=1)
+    assert str(damaged) in str(err.value)
+    assert not (tmp_path / "bad").exists()  # refused before anything was written
+
+
 # -- training continues from a parent version: real torch/peft on a tiny Qwen3 --------------------------------------
 
 

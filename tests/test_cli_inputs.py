@@ -257,3 +257,42 @@ def test_ctrl_c_during_a_long_command_exits_130_with_one_line(home, tmp_path):
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("clawdesk:")]
     assert lines == ["clawdesk: interrupted"], err
+
+
+def test_ctrl_c_while_judging_exits_130_and_keeps_what_was_saved(home, capsys):
+    """SIGINT while `clawdesk judge` works through a backlog: exit 130, one line, every saved judgment whole."""
+    import sqlite3
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("[chat]\nmax_reply_tokens = 12\ntemperature = 0.0\n")
+    for i, text in enumerate(["Name a fruit.", "Too long. One word please.", "Name a colour.", "Thanks."]):
+        assert main(["ask", *(["-c"] if i else []), text]) == 0
+    capsys.readouterr()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clawdesk", "judge"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, start_new_session=True,
+    )  # fmt: skip
+    try:
+        seen = []
+        for line in proc.stderr:  # the bar prints a line per percent when stderr is not a terminal
+            seen.append(line)
+            if line.startswith("judge ["):
+                break
+        assert seen and seen[-1].startswith("judge ["), "".join(seen)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = "".join(seen) + (rest or "")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("clawdesk:")] == ["clawdesk: interrupted"], err
+    db = sqlite3.connect(home / "clawdesk.db")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for votes, reward in db.execute("SELECT votes, reward FROM judgments WHERE status = 'judged'"):
+            assert votes is not None and reward is not None  # a judgment is saved whole or not at all
+    finally:
+        db.close()

@@ -52,6 +52,8 @@ def log(home):
         set_veto(store, t["vetoed"])
         _judge(store, t["thumbed"], -1)
         set_rating(store, t["thumbed"], 1)  # the person's thumbs up overrides the judge
+        t["unclear"] = _turn(store, chat.id, "unclear")
+        _judge(store, t["unclear"], 0)  # no label: neither desirable nor undesirable for KTO
         t["pending"] = _turn(store, chat.id, "pending")  # recorded, never judged
         secret = store.create_session(system_prompt="Be helpful.", incognito=True)
         t["incognito"] = _turn(store, secret.id, "incognito")
@@ -85,7 +87,7 @@ def test_export_loads_with_datasets_as_trl_reads_it(home, log, capsys, tmp_path)
     assert {"prompt", "completion", "label"} <= set(ds.column_names)  # KTO; prompt + completion alone for SFT
     assert ds.features["label"].dtype == "bool"
     rows = {r["turn_id"]: r for r in ds}
-    assert set(rows) == {log["liked"], log["hinted"], log["thumbed"]}  # no vetoed, incognito, OFF or pending turn
+    assert set(rows) == {log["liked"], log["hinted"], log["thumbed"]}  # no vetoed, unclear, incognito, OFF or pending turn
 
     for row in ds:  # TRL's is_conversational(): a list of {"role", "content"} messages
         msgs = row["prompt"] + row["completion"]

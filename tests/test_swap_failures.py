@@ -124,3 +124,21 @@ def ctypes_value(pointer) -> int | None:
     import ctypes
 
     return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+def test_fresh_start_with_a_damaged_choice_serves_the_newest_older_version(served_v1, store, tmp_path):
+    """A new `clawdesk ask` or app (nothing served yet) whose chosen v3 is damaged serves v2, not the base."""
+    switch, prompt, with_v1, v2 = served_v1
+    v3 = _version(store, tmp_path, 3, seed=3)
+    v3.write_bytes(v3.read_bytes()[:4096])
+    switch.engine.clear_adapter()  # as a process that has just loaded the base
+    store.set_setting(ACTIVE_KEY, 3)
+    message = switch.sync()
+    assert message and "v3" in message and "Serving v2 instead" in message
+    assert switch.engine.adapter_version == 2 and active_version(store) == 2
+    assert switch.sync() is None  # settled
+    v2.write_bytes(b"not a GGUF")  # now v2 is damaged too: the next fresh start falls back to v1
+    switch.engine.clear_adapter()
+    store.set_setting(ACTIVE_KEY, 3)
+    assert "Serving v1 instead" in switch.sync()
+    _still_v1(switch, prompt, with_v1)

@@ -493,25 +493,36 @@ class ClawDeskApp(LearningActions, App[None]):
             return
 
         async def delete(yes: bool | None) -> None:
-            if not yes:
-                return
-            from clawdesk.store.forget import forget_session
-
-            try:
-                # Deletes the turns with their judgments and samples, then VACUUMs: no text left in the file.
-                result = forget_session(self.store, sid)
-            except ClawDeskError as err:
-                self.notify(str(err), severity="error")
-                return
-            if self.session is not None and self.session.id == sid:
-                await self.start_new_chat()
-            else:
-                await self.refresh_sessions()
-            advice = result.advice()
-            self.notify(f"Deleted “{session.title}”." + (f"\n{advice}" if advice else ""))
+            if yes:
+                self._forget_chat(sid, session.title)
 
         question = f"Delete “{session.title}” and its {session.n_turns} exchange(s)? This cannot be undone."
         self.push_screen(ConfirmScreen(question), delete)
+
+    @work(thread=True, group="forget", name="delete chat")
+    def _forget_chat(self, sid: int, title: str) -> None:
+        """Delete a chat for good in a thread: the VACUUM rewrites the whole file, which takes a while on a big log."""
+        from clawdesk.store import Store
+        from clawdesk.store.forget import forget_session
+
+        try:
+            store = Store.open(self.store.path)  # one connection per thread
+            try:
+                # Deletes the turns with their judgments and samples, then VACUUMs: no text left in the file.
+                result = forget_session(store, sid)
+            finally:
+                store.close()
+        except ClawDeskError as err:
+            self.call_from_thread(self.notify, str(err), severity="error")
+            return
+        self.call_from_thread(self._chat_forgotten, sid, title, result.advice())
+
+    async def _chat_forgotten(self, sid: int, title: str, advice: str) -> None:
+        if self.session is not None and self.session.id == sid:
+            await self.start_new_chat()
+        else:
+            await self.refresh_sessions()
+        self.notify(f"Deleted “{title}”." + (f"\n{advice}" if advice else ""))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("New chat", "Start a new chat (Ctrl+N)", self.action_new_chat)
