@@ -271,6 +271,25 @@ def test_train_writes_v1_then_v2_continues_from_it(tiny_gguf, home):
         store.close()
 
 
+def test_a_damaged_newest_version_is_skipped_as_the_parent(tiny_gguf, home):
+    """Learning does not stop for good when the newest version's files are damaged: v3 continues from v1."""
+    for seed in (21, 22):
+        fill(home["db"], 4, seed=seed)
+        run(home, tiny_gguf, TrainConfig(batch_size=4))
+    weights = home["adapters"] / "v2" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    fill(home["db"], 4, seed=23)
+    made, seen = run(home, tiny_gguf, TrainConfig(batch_size=4))
+    assert made == [3]
+    assert any(p.message.startswith("not continuing from v2:") and str(weights) in p.message for p in seen)
+    store = Store.open(home["db"])
+    try:
+        assert versions.get_version(store, 3).parent_version == 1
+        assert versions.get_version(store, 2).status == "ready"  # still listed; the chat refuses to serve it
+    finally:
+        store.close()
+
+
 def test_llama_cpp_serves_the_adapter_as_peft_computes_it(tiny_gguf, home):
     import llama_cpp
     from peft import PeftModel

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clawdesk.config import TrainConfig
-from clawdesk.errors import ClawDeskError, ConfigError, TrainError
+from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.learner import Learner, Stopped
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
@@ -119,7 +119,7 @@ class _Run:
             self.progress("done", 0, "stopped before loading")
             return []
         cfg = self.config
-        parent = versions.latest_ready(self.store, self.base_sha256)
+        parent = self.intact_parent()
         if learner is None:
             learner = load_learner(self.base_gguf, cfg, parent, on_status=lambda msg: self.progress("loading", 0, msg))
         made: list[int] = []
@@ -138,6 +138,24 @@ class _Run:
         summary = ", ".join(f"v{v}" for v in made) or "no version"
         self.progress("done", len(made), f"finished: {summary}", {"versions": float(len(made))})
         return made
+
+    def intact_parent(self) -> versions.AdapterVersion | None:
+        """The newest ready version whose files can be continued from; damaged newer ones are skipped, said aloud.
+
+        Without this a damaged newest version would stop learning for good: every run continues
+        from the newest ready version. The skipped version stays listed (and the chat refuses it).
+        """
+        from clawdesk.learn.adapter_files import check_version_dir
+
+        ready = [v for v in versions.list_versions(self.store, self.base_sha256) if v.status == "ready"]
+        for row in reversed(ready):
+            try:
+                check_version_dir(row.path, base_sha256=self.base_sha256, peft=True)
+            except AdapterError as err:
+                self.progress("loading", 0, f"not continuing from v{row.version}: {err}")
+                continue
+            return row
+        return None
 
     def one_step(self, learner: Learner, batch: list[Sample], step: int, parent) -> versions.AdapterVersion:
         cfg, info, n = self.config, learner.info, self.n_steps
