@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+from demo_lora import RANK, SHAPES, add_version_row, lora_state
 from safetensors.numpy import save_file
 
 from clawdesk.errors import AdapterError
@@ -25,12 +26,6 @@ from clawdesk.learn.adapter_files import (
 )
 from clawdesk.learn.gguf_lora import write_gguf_lora
 from clawdesk.reload import AdapterSwitch
-from clawdesk.store import now_iso
-
-# SmolLM2-135M (the served demo model): hidden 576, 9 heads / 3 KV heads of 64, FFN 1536.
-SHAPES = {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
-          "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}  # fmt: skip
-RANK = 4
 
 
 class _Marker:
@@ -44,15 +39,7 @@ class _Marker:
 
 
 def _state(*, layers=2, shapes=SHAPES, r=RANK, seed=0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    state = {}
-    for i in range(layers):
-        for name, (d_in, d_out) in shapes.items():
-            group = "self_attn" if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
-            key = f"base_model.model.model.layers.{i}.{group}.{name}"
-            state[f"{key}.lora_A.weight"] = rng.normal(0, 0.05, (r, d_in)).astype(np.float32)
-            state[f"{key}.lora_B.weight"] = rng.normal(0, 0.05, (d_out, r)).astype(np.float32)
-    return state
+    return lora_state(seed, r=r, layers=layers, shapes=shapes)
 
 
 def _version_dir(path, *, sha="test-sha", arch="llama", **state_kw):
@@ -183,12 +170,7 @@ def test_a_pickle_is_never_unpickled_whatever_its_name(tmp_path, dims):
 
 
 def _add_row(store, vdir, n, sha="test-sha"):
-    with store.transaction():
-        store.db.execute(
-            "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
-            " created_at) VALUES (?, 'ready', 'smollm2-135m', ?, ?, 1, '{}', '{}', '', ?)",
-            [n, sha, str(vdir), now_iso()],
-        )
+    add_version_row(store, vdir, n, sha=sha)
 
 
 def test_the_chat_refuses_a_damaged_version_before_llama_cpp_sees_it(engine, store, tmp_path):

@@ -232,22 +232,22 @@ def test_ask_dash_with_closed_stdin_in_a_real_process(home):
     assert_one_error(proc.returncode, proc.stderr, "empty")
 
 
-def test_ctrl_c_during_a_long_command_exits_130_with_one_line(home, tmp_path):
-    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, while `eval` is scoring."""
+def _interrupt_when(argv: list[str], ready: str) -> None:
+    """Run ``clawdesk ARGV``, send SIGINT to its process group (a terminal's Ctrl-C) once a stderr line
+    starts with ``ready``, and check it exits 130 with exactly one `clawdesk: interrupted` line."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clawdesk", "eval", "--persona", "brief", "--judge", "oracle", "--interactions", "4",
-         "--out", str(tmp_path / "run")],
+        [sys.executable, "-m", "clawdesk", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, start_new_session=True,
     )  # fmt: skip
     try:
         seen = []
-        for line in proc.stderr:  # wait until it is really working: the base model is loaded and scoring
+        for line in proc.stderr:  # wait until it is really working, never a blind sleep
             seen.append(line)
-            if line.startswith("[score]"):
+            if line.startswith(ready):
                 break
-        assert seen and seen[-1].startswith("[score]"), "".join(seen)
+        assert seen and seen[-1].startswith(ready), "".join(seen)
         os.killpg(proc.pid, signal.SIGINT)
-        _, rest = proc.communicate(timeout=60)
+        _, rest = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -255,8 +255,15 @@ def test_ctrl_c_during_a_long_command_exits_130_with_one_line(home, tmp_path):
     err = "".join(seen) + (rest or "")
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("clawdesk:")]
-    assert lines == ["clawdesk: interrupted"], err
+    assert [line for line in err.splitlines() if line.startswith("clawdesk:")] == ["clawdesk: interrupted"], err
+
+
+def test_ctrl_c_during_a_long_command_exits_130_with_one_line(home, tmp_path):
+    """While `eval` is scoring: the base model is loaded and the held-out prompts are being answered."""
+    _interrupt_when(
+        ["eval", "--persona", "brief", "--judge", "oracle", "--interactions", "4", "--out", str(tmp_path / "run")],
+        "[score]",
+    )
 
 
 def test_ctrl_c_while_judging_exits_130_and_keeps_what_was_saved(home, capsys):
@@ -268,27 +275,7 @@ def test_ctrl_c_while_judging_exits_130_and_keeps_what_was_saved(home, capsys):
     for i, text in enumerate(["Name a fruit.", "Too long. One word please.", "Name a colour.", "Thanks."]):
         assert main(["ask", *(["-c"] if i else []), text]) == 0
     capsys.readouterr()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clawdesk", "judge"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, start_new_session=True,
-    )  # fmt: skip
-    try:
-        seen = []
-        for line in proc.stderr:  # the bar prints a line per percent when stderr is not a terminal
-            seen.append(line)
-            if line.startswith("judge ["):
-                break
-        assert seen and seen[-1].startswith("judge ["), "".join(seen)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, rest = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    err = "".join(seen) + (rest or "")
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    assert [line for line in err.splitlines() if line.startswith("clawdesk:")] == ["clawdesk: interrupted"], err
+    _interrupt_when(["judge"], "judge [")  # the bar prints a line per percent when stderr is not a terminal
     db = sqlite3.connect(home / "clawdesk.db")
     try:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

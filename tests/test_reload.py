@@ -1,54 +1,24 @@
 """Hot-swapping GGUF LoRA adapters into the running llama.cpp engine (real SmolLM2)."""
 
-import json
 import threading
 import time
 
-import numpy as np
 import pytest
+from demo_lora import add_version_row, lora_state, write_demo_gguf
 
 from clawdesk.engine import SamplingParams
 from clawdesk.errors import AdapterError
-from clawdesk.learn.gguf_lora import write_gguf_lora
 from clawdesk.reload import ACTIVE_KEY, AdapterSwitch, active_version, select
-from clawdesk.store import now_iso
 
-# SmolLM2-135M: 30 layers, hidden 576, 9 heads / 3 KV heads of 64, FFN 1536.
-SHAPES = {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
-          "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}  # fmt: skip
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
-
-
-def _lora_state(seed: int, r: int = 4, layers: int = 30) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    state = {}
-    for i in range(layers):
-        for name, (d_in, d_out) in SHAPES.items():
-            group = "self_attn" if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
-            key = f"base_model.model.model.layers.{i}.{group}.{name}"
-            state[f"{key}.lora_A.weight"] = rng.normal(0, 0.05, (r, d_in)).astype(np.float32)
-            state[f"{key}.lora_B.weight"] = rng.normal(0, 0.05, (d_out, r)).astype(np.float32)
-    return state
 
 
 def _add_version(store, tmp_path, n, *, status="ready", sha="test-sha", seed=0):
     vdir = tmp_path / f"v{n}"
     vdir.mkdir()
-    write_gguf_lora(_lora_state(seed), vdir / "adapter.gguf", arch="llama", alpha=8, rank=4, n_head=9, n_head_kv=3)
-    with store.transaction():
-        store.db.execute(
-            "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
-            " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, '{}', ?, ?)",
-            [
-                n,
-                status,
-                sha,
-                str(vdir),
-                json.dumps({"loss": 0.5}),
-                "collapsed" if status == "rejected" else "",
-                now_iso(),
-            ],
-        )
+    write_demo_gguf(lora_state(seed), vdir / "adapter.gguf")
+    note = "collapsed" if status == "rejected" else ""
+    add_version_row(store, vdir, n, status=status, sha=sha, metrics={"loss": 0.5}, note=note)
 
 
 @pytest.fixture

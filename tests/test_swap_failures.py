@@ -9,44 +9,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from demo_lora import add_version_row, lora_state, write_demo_gguf
 
 from clawdesk.engine import SamplingParams
 from clawdesk.errors import AdapterError
 from clawdesk.learn import versions
-from clawdesk.learn.gguf_lora import write_gguf_lora
 from clawdesk.reload import ACTIVE_KEY, AdapterSwitch, active_version
-from clawdesk.store import Store, now_iso
+from clawdesk.store import Store
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 
 # -- 6. swap failures: a deleted, garbage or refused adapter keeps the previous one (issue #7) ------
 
-# SmolLM2-135M: 30 layers, hidden 576, 9 heads / 3 KV heads of 64, FFN 1536.
-_SHAPES = {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
-           "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}  # fmt: skip
-
 
 def _version(store: Store, root: Path, n: int, *, seed: int) -> Path:
     """A ready adapters row for the demo engine (sha 'test-sha') with a real random GGUF LoRA."""
-    rng = np.random.default_rng(seed)
-    state = {}
-    for i in range(30):
-        for name, (d_in, d_out) in _SHAPES.items():
-            group = "self_attn" if name in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
-            key = f"base_model.model.model.layers.{i}.{group}"
-            state[f"{key}.{name}.lora_A.weight"] = rng.normal(0, 0.05, (4, d_in)).astype(np.float32)
-            state[f"{key}.{name}.lora_B.weight"] = rng.normal(0, 0.05, (d_out, 4)).astype(np.float32)
     vdir = root / f"v{n}"
     vdir.mkdir()
-    write_gguf_lora(state, vdir / versions.ADAPTER_GGUF, arch="llama", alpha=8, rank=4, n_head=9, n_head_kv=3)
-    with store.transaction():
-        store.db.execute(
-            "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
-            " created_at) VALUES (?, 'ready', 'smollm2-135m', 'test-sha', ?, 1, '{}', '{}', '', ?)",
-            [n, str(vdir), now_iso()],
-        )
+    write_demo_gguf(lora_state(seed), vdir / versions.ADAPTER_GGUF)
+    add_version_row(store, vdir, n)
     return vdir / versions.ADAPTER_GGUF
 
 
