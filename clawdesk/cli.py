@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     from clawdesk import cli_doctor
 
     cli_doctor.add_command(add)
+    from clawdesk import cli_tools
+
+    cli_tools.add_commands(add)
     p = add("learning", cmd_learning, "turn learning on or off, or show its state")
     p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
     p = add("pull", cmd_pull, "download a known model (default: qwen3-4b)")

@@ -21,7 +21,7 @@ def add_commands(add) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", type=count, metavar="ID", help="delete chat session ID and all its turns")
     which.add_argument("--turn", type=count, metavar="ID", help="delete one turn (a message and its reply)")
-    which.add_argument("--all", action="store_true", help="delete every session and turn")
+    which.add_argument("--all", action="store_true", help="delete every session, turn and memory note")
     which.add_argument("--compact", action="store_true", help="only compact the file (after a blocked forget)")
     p.add_argument("--yes", action="store_true", help="do not ask before --all")
     p = add("backup", cmd_backup, "write the log, adapters and config.toml to one .tar.gz (models are left out)")
@@ -34,7 +34,7 @@ def add_commands(add) -> None:
 def _confirm_all(n_sessions: int, n_turns: int) -> bool:
     if not sys.stdin.isatty():
         raise InputError("--all deletes every chat; add --yes to confirm when not running in a terminal")
-    answer = input(f"Delete all {n_sessions} session(s) and {n_turns} turn(s) for good? [y/N] ")
+    answer = input(f"Delete all {n_sessions} session(s) and {n_turns} turn(s), and every memory note, for good? [y/N] ")
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -60,7 +60,7 @@ def cmd_forget(args: argparse.Namespace, config: Config) -> int:
                 print("Nothing was deleted.")
                 return 1
             result = forget_all(store)
-            print(f"deleted {result.sessions} session(s) and {result.turns} turn(s)")
+            print(f"deleted {result.sessions} session(s) and {result.turns} turn(s), and {result.notes} memory note(s)")
         elif args.session is not None:
             result = forget_session(store, args.session)
             print(f"deleted session {args.session} and its {result.turns} turn(s)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,80 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """The agent's tools: where they may work, how long and how much, and which need consent."""
+
+    enabled: bool = True
+    workspace: str = ""  # "" = <data dir>/workspace; a relative path is relative to the data dir
+    max_steps: int = 8  # model calls for one user message (the agent loop)
+    shell_timeout_s: float = 30.0  # run_shell: then the whole process group is stopped
+    read_max_bytes: int = 10_000  # read_file shows this much, then says how to read on (~2.5k tokens)
+    output_max_chars: int = 10_000  # any tool result the model reads is cut to this (head and tail kept)
+    # [tools.policy] NAME = "auto" | "ask" | "never" (MCP tools: "server.tool" = ...); else each tool's default.
+    policy: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.max_steps <= 64, f"tools.max_steps must be in 1..64, got {self.max_steps}")
+        timeout = self.shell_timeout_s
+        _check(0 < timeout <= 3600, f"tools.shell_timeout_s must be in (0, 3600], got {timeout}")
+        _check(1000 <= self.read_max_bytes <= 10_000_000, "tools.read_max_bytes must be in 1000..10000000")
+        _check(1000 <= self.output_max_chars <= 1_000_000, "tools.output_max_chars must be in 1000..1000000")
+        _check("\0" not in self.workspace, "tools.workspace must not contain a NUL byte")
+        _check(isinstance(self.policy, dict), 'tools.policy must be a table: [tools.policy] then run_shell = "ask"')
+        if not self.policy:
+            return
+        from clawdesk.tools.builtins import BUILTIN_NAMES  # here, not at import: config loads first
+        from clawdesk.tools.types import POLICIES
+
+        for name, value in self.policy.items():
+            _check(value in POLICIES, f'tools.policy.{name} must be "auto", "ask" or "never", got {value!r}')
+            _check(
+                name in BUILTIN_NAMES or "." in name,
+                f"tools.policy.{name}: there is no built-in tool {name!r} (MCP tools are written "
+                f'"server.tool"); the built-in tools are {", ".join(BUILTIN_NAMES)}',
+            )
+
+
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")  # no dots: a tool is named "<server>.<tool>"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class MCPServerConfig:
+    """One MCP server run over stdio, configured like Claude Desktop (``[mcp.servers.NAME]``).
+
+    The server's environment is exactly ``env``: nothing of ClawDesk's own environment (API keys,
+    PATH, HOME) reaches it unless named here.
+    """
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict, hash=False)
+    start_timeout_s: float = 30.0  # spawn + initialize + list tools
+    call_timeout_s: float = 60.0  # one tools/call, unless the caller passes its own
+
+    def __post_init__(self) -> None:
+        where = f"mcp.servers.{self.name}"
+        _check(bool(MCP_SERVER_NAME.fullmatch(self.name)), f"{where}: a server name may use only A-Z a-z 0-9 _ -")
+        _check(bool(self.command.strip()), f"{where}.command must not be empty")
+        _check("\0" not in self.command, f"{where}.command must not contain a NUL byte")
+        _check(all("\0" not in a for a in self.args), f"{where}.args must not contain a NUL byte")
+        for key, value in self.env.items():
+            _check(bool(_ENV_NAME.fullmatch(key)), f"{where}.env: {key!r} is not a valid variable name")
+            _check("\0" not in value, f"{where}.env.{key} must not contain a NUL byte")
+        _check(0 < self.start_timeout_s <= 600, f"{where}.start_timeout_s must be in (0, 600]")
+        _check(0 < self.call_timeout_s <= 3600, f"{where}.call_timeout_s must be in (0, 3600]")
+
+
+@dataclass(frozen=True)
+class MCPConfig:
+    """The MCP servers whose tools the agent may call (none by default)."""
+
+    servers: tuple[MCPServerConfig, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything ClawDesk reads from ``config.toml``, plus the resolved home directory."""
 
@@ -136,6 +211,8 @@ class Config:
     chat: ChatConfig = field(default_factory=ChatConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    mcp: MCPConfig = field(default_factory=MCPConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     @property
     def db_path(self) -> Path:
@@ -157,6 +234,14 @@ class Config:
     def logs_dir(self) -> Path:
         return self.home / "logs"
 
+    @property
+    def workspace_dir(self) -> Path:
+        """Where tools read and write: ``tools.workspace`` (relative to the data dir), else ``<data dir>/workspace``."""
+        if not self.tools.workspace:
+            return self.home / "workspace"
+        path = Path(self.tools.workspace).expanduser()
+        return path if path.is_absolute() else self.home / path
+
 
 def default_home(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """``--data-dir`` beats ``$CLAWDESK_HOME`` beats the platform user data dir."""
@@ -170,7 +255,13 @@ def default_home(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(platformdirs.user_data_dir("clawdesk", appauthor=False))
 
 
-_SECTIONS = {"model": ModelConfig, "chat": ChatConfig, "judge": JudgeConfig, "train": TrainConfig}
+_SECTIONS = {
+    "model": ModelConfig,
+    "chat": ChatConfig,
+    "judge": JudgeConfig,
+    "train": TrainConfig,
+    "tools": ToolsConfig,
+}
 
 
 def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
@@ -194,6 +285,49 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
 
 
+_MCP_SERVER_TYPES = {
+    "command": (str, "a string"),
+    "args": (list, "a list of strings"),
+    "env": (dict, "a table of strings"),
+    "start_timeout_s": ((int, float), "a number of seconds"),
+    "call_timeout_s": ((int, float), "a number of seconds"),
+}
+
+
+def _build_mcp(raw: Any, source: Path) -> MCPConfig:
+    """``[mcp.servers.NAME]`` tables -> :class:`MCPConfig`; every error names ``mcp.servers.NAME.key``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [mcp] must be a table")
+    if set(raw) - {"servers"}:
+        unknown = ", ".join(sorted(set(raw) - {"servers"}))
+        raise ConfigError(f"{source}: unknown key(s) in [mcp]: {unknown}. Known keys: servers.")
+    tables = raw.get("servers", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: mcp.servers must be a table of [mcp.servers.NAME] tables")
+    servers = []
+    for name, table in tables.items():
+        where = f"mcp.servers.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError(f'{source}: {where} must be a table with at least command = "..."')
+        unknown = sorted(set(table) - set(_MCP_SERVER_TYPES))
+        if unknown:
+            known = ", ".join(_MCP_SERVER_TYPES)
+            raise ConfigError(f"{source}: unknown key(s) in [{where}]: {', '.join(unknown)}. Known keys: {known}.")
+        if "command" not in table:
+            raise ConfigError(f"{source}: {where}.command is missing: name the program that runs the server.")
+        for key, value in table.items():
+            allowed, what = _MCP_SERVER_TYPES[key]
+            items = value if key == "args" else value.values() if key == "env" else ()
+            if not isinstance(value, allowed) or isinstance(value, bool) or not all(isinstance(v, str) for v in items):
+                raise ConfigError(f"{source}: {where}.{key} must be {what}, got {value!r}")
+        try:
+            values = {**table, "args": tuple(table.get("args", ())), "env": dict(table.get("env", {}))}
+            servers.append(MCPServerConfig(name=name, **values))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
+    return MCPConfig(servers=tuple(servers))
+
+
 def load_config(home: Path, **overrides: Any) -> Config:
     """Read ``<home>/config.toml`` (if present) and apply ``section__key=value`` overrides."""
     path = home / "config.toml"
@@ -205,9 +339,9 @@ def load_config(home: Path, **overrides: Any) -> Config:
             raise ConfigError(f"{path} is not valid TOML ({exc}). Fix it or move it aside.") from exc
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    unknown = sorted(set(raw) - set(_SECTIONS))
+    unknown = sorted(set(raw) - set(_SECTIONS) - {"mcp"})
     if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}")
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, mcp")
     sections = {
         name: dict(raw.get(name, {})) if isinstance(raw.get(name, {}), dict) else raw[name] for name in _SECTIONS
     }
@@ -219,4 +353,19 @@ def load_config(home: Path, **overrides: Any) -> Config:
             raise ValueError(f"bad override key {key!r}")
         sections[section][name] = value
     built = {name: _build_section(cls, name, sections[name], path) for name, cls in _SECTIONS.items()}
-    return Config(home=home, **built)
+    mcp = _build_mcp(raw.get("mcp", {}), path)
+    _check_tool_servers(built["tools"], mcp, path)
+    return Config(home=home, mcp=mcp, **built)
+
+
+def _check_tool_servers(tools: ToolsConfig, mcp: MCPConfig, source: Path) -> None:
+    """A ``[tools.policy]`` entry for an MCP tool must name a configured server (a typo would silently not apply)."""
+    servers = {s.name for s in mcp.servers}
+    for name in tools.policy:
+        server = name.split(".", 1)[0]
+        if "." in name and server not in servers:
+            known = ", ".join(sorted(servers)) or "none is configured"
+            raise ConfigError(
+                f'{source}: tools.policy."{name}": there is no MCP server {server!r} ([mcp.servers.{server}]); '
+                f"the servers are: {known}. Fix the name or delete the key."
+            )

@@ -56,3 +56,11 @@ class AdapterError(ClawDeskError):
 
 class NotFoundError(ClawDeskError):
     """A session, turn or adapter version that was asked for does not exist."""
+
+
+class ToolInputError(ClawDeskError):
+    """A tool call cannot be carried out as asked (a path outside the workspace, no unique match...).
+
+    Raised inside the tools stage and turned into an ``error`` tool result by the registry, never
+    shown as a crash: the message is written so the model can read it and correct its call.
+    """

@@ -39,6 +39,22 @@ def write_demo_gguf(state: dict[str, np.ndarray], path: Path, *, arch: str = "ll
     return path
 
 
+def write_version_dir(path: Path, *, sha: str = "test-sha", arch: str = "llama", seed: int = 0, **state_kw) -> Path:
+    """A complete version dir as the trainer lays it out (GGUF LoRA, PEFT safetensors + config, metadata)."""
+    from safetensors.numpy import save_file
+
+    path.mkdir(parents=True)
+    state = lora_state(seed, **state_kw)
+    rank = state_kw.get("r", RANK)
+    write_demo_gguf(state, path / "adapter.gguf", arch=arch, rank=rank)
+    save_file(state, str(path / "adapter_model.safetensors"))
+    targets = sorted(state_kw.get("shapes", SHAPES))
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 8, "target_modules": targets}
+    (path / "adapter_config.json").write_text(json.dumps(config))
+    (path / "metadata.json").write_text(json.dumps({"version": 1, "base": {"sha256": sha, "arch": arch}}))
+    return path
+
+
 def add_version_row(
     store: Store, vdir: Path, n: int, *, status: str = "ready", sha: str = "test-sha", metrics=None, note: str = ""
 ) -> None:

@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from demo_lora import RANK, SHAPES, add_version_row, lora_state
+from demo_lora import RANK, SHAPES, add_version_row, lora_state, write_version_dir
 from safetensors.numpy import save_file
 
 from clawdesk.errors import AdapterError
@@ -42,16 +42,9 @@ def _state(*, layers=2, shapes=SHAPES, r=RANK, seed=0) -> dict[str, np.ndarray]:
     return lora_state(seed, r=r, layers=layers, shapes=shapes)
 
 
-def _version_dir(path, *, sha="test-sha", arch="llama", **state_kw):
+def _version_dir(path, *, sha="test-sha", arch="llama", layers=2, **state_kw):
     """A complete version dir for SmolLM2 as the trainer lays it out (GGUF, PEFT, metadata)."""
-    path.mkdir(parents=True)
-    state = _state(**state_kw)
-    write_gguf_lora(state, path / "adapter.gguf", arch=arch, alpha=8, rank=RANK, n_head=9, n_head_kv=3)
-    save_file(state, str(path / "adapter_model.safetensors"))
-    config = {"peft_type": "LORA", "r": RANK, "lora_alpha": 8, "target_modules": sorted(SHAPES)}
-    (path / "adapter_config.json").write_text(json.dumps(config))
-    (path / "metadata.json").write_text(json.dumps({"version": 1, "base": {"sha256": sha, "arch": arch}}))
-    return path
+    return write_version_dir(path, sha=sha, arch=arch, layers=layers, **state_kw)
 
 
 @pytest.fixture

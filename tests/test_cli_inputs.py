@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from demo_lora import write_version_dir
 
 from clawdesk.cli import main
 from clawdesk.store import NewTurn, Store, now_iso
@@ -153,9 +154,7 @@ def test_missing_files_and_things_are_named(home, capsys, tmp_path, argv, needle
 
 def _ready_adapter_row(home, tmp_path) -> None:
     """A 'ready' v1 whose files exist, recorded as the trainer records it (without training one)."""
-    (tmp_path / "v1").mkdir(exist_ok=True)
-    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter.gguf"):
-        (tmp_path / "v1" / name).write_bytes(b"{}")
+    write_version_dir(tmp_path / "v1", sha="sha", layers=1)  # intact files: export checks them first
     store = Store.open(home / "clawdesk.db")
     try:
         with store.transaction():

@@ -87,7 +87,8 @@ def test_export_loads_with_datasets_as_trl_reads_it(home, log, capsys, tmp_path)
     assert {"prompt", "completion", "label"} <= set(ds.column_names)  # KTO; prompt + completion alone for SFT
     assert ds.features["label"].dtype == "bool"
     rows = {r["turn_id"]: r for r in ds}
-    assert set(rows) == {log["liked"], log["hinted"], log["thumbed"]}  # no vetoed, unclear, incognito, OFF or pending turn
+    # no vetoed, unclear, incognito, OFF or pending turn
+    assert set(rows) == {log["liked"], log["hinted"], log["thumbed"]}
 
     for row in ds:  # TRL's is_conversational(): a list of {"role", "content"} messages
         msgs = row["prompt"] + row["completion"]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clawdesk.engine.prompt import ChatTemplate, Exchange, Prompt, build_messages, in_thinking, split_thinking
 from clawdesk.errors import AdapterError, InputError, ModelError
@@ -152,6 +153,11 @@ class Engine:
     def supports_thinking(self) -> bool:
         return self.template.supports_thinking
 
+    @property
+    def supports_tools(self) -> bool:
+        """Whether this model's chat template renders tools (Qwen3 does; the bundled demo model does not)."""
+        return self.template.supports_tools
+
     # -- prompts --------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
@@ -165,21 +171,33 @@ class Engine:
         bos_id = self.llm.token_bos()
         return [bos_id, *ids] if bos and self._add_bos and bos_id >= 0 else ids
 
-    def render(self, messages: list[dict[str, str]], *, thinking: bool) -> str:
-        return self.template.render(messages, thinking=thinking and self.supports_thinking)
+    def render(
+        self, messages: list[dict[str, Any]], *, thinking: bool, tools: Sequence[dict[str, Any]] | None = None
+    ) -> str:
+        return self.template.render(messages, thinking=thinking and self.supports_thinking, tools=tools)
 
     def build_prompt(
-        self, system: str, history: Sequence[Exchange], user: str, *, thinking: bool, reply_room: int
+        self,
+        system: str,
+        history: Sequence[Exchange],
+        user: str,
+        *,
+        thinking: bool,
+        reply_room: int,
+        tools: Sequence[dict[str, Any]] | None = None,
+        steps: Sequence[dict[str, Any]] = (),
     ) -> Prompt:
         """Render and tokenize, dropping the oldest exchanges until the prompt fits.
 
-        ``reply_room`` tokens are kept free for the reply (at least :data:`MIN_REPLY_ROOM`).
+        ``reply_room`` tokens are kept free for the reply (at least :data:`MIN_REPLY_ROOM`). ``tools``
+        (``ToolSpec.schema()`` dicts) are rendered by the template; ``steps`` are the agent loop's
+        messages after ``user`` (tool calls and results), never dropped.
         """
         budget = self.n_ctx - max(MIN_REPLY_ROOM, min(reply_room, self.n_ctx // 4))
         history = list(history)
         dropped = 0
         while True:
-            text = self.render(build_messages(system, history, user), thinking=thinking)
+            text = self.render(build_messages(system, history, user, steps), thinking=thinking, tools=tools)
             ids = self.tokenize(text)
             if len(ids) <= budget:
                 return Prompt(

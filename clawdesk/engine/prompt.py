@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from clawdesk.errors import ModelError
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -35,28 +38,57 @@ class Prompt:
     dropped_turns: int = 0  # oldest exchanges left out to fit the context window
 
 
-def build_messages(system: str, history: Sequence[Exchange], user: str) -> list[dict[str, str]]:
-    messages: list[dict[str, str]] = []
+def build_messages(
+    system: str, history: Sequence[Exchange], user: str, steps: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The chat so far; ``steps`` are this user message's agent-loop messages (assistant tool calls
+    and role ``"tool"`` results, see :mod:`clawdesk.tools.format`), after the user message."""
+    messages: list[dict[str, Any]] = []
     if system:
         messages.append({"role": "system", "content": system})
     for ex in history:
         messages.append({"role": "user", "content": ex.user})
         messages.append({"role": "assistant", "content": ex.assistant})
     messages.append({"role": "user", "content": user})
+    messages.extend(steps)
     return messages
 
 
 class ChatTemplate:
-    """The model's chat template, rendered with ``enable_thinking`` passed through."""
+    """The model's chat template, rendered with ``enable_thinking`` and ``tools`` passed through."""
 
     def __init__(self, template: str, *, bos_token: str, eos_token: str):
         self.source = template
         self.supports_thinking = "enable_thinking" in template
         self._formatter = Jinja2ChatFormatter(template=template, bos_token=bos_token, eos_token=eos_token)
+        # Whether the template reads the ``tools`` variable at all (Qwen3's does; SmolLM2's does not,
+        # and would silently drop them): asked of the parsed template, so a comment or a message
+        # text mentioning "tools" does not count.
+        self.supports_tools = "tools" in _template_variables(template)
 
-    def render(self, messages: list[dict[str, str]], *, thinking: bool) -> str:
-        extra = {"enable_thinking": thinking} if self.supports_thinking else {}
+    def render(
+        self, messages: list[dict[str, Any]], *, thinking: bool, tools: Sequence[dict[str, Any]] | None = None
+    ) -> str:
+        """Render ``messages``; ``tools`` (``ToolSpec.schema()`` dicts) go into the template's own tools block."""
+        extra: dict[str, Any] = {"enable_thinking": thinking} if self.supports_thinking else {}
+        if tools:
+            if not self.supports_tools:
+                raise ModelError(
+                    "this model's chat template cannot render tools (it never reads `tools`), so it cannot "
+                    "call them. Tools need a model whose template does, e.g. Qwen3-4B (`clawdesk pull`), "
+                    "or set tools.enabled = false in config.toml."
+                )
+            extra["tools"] = list(tools)
         return self._formatter(messages=messages, **extra).prompt
+
+
+def _template_variables(template: str) -> set[str]:
+    import jinja2
+    import jinja2.ext
+    from jinja2 import meta
+
+    env = jinja2.Environment(extensions=[Jinja2ChatFormatter.IgnoreGenerationTags, jinja2.ext.loopcontrols])
+    return set(meta.find_undeclared_variables(env.parse(template)))
 
 
 def split_thinking(text: str) -> tuple[str, str]:

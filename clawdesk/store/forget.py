@@ -49,6 +49,7 @@ class ForgetResult:
     active: int | None  # the version the chat serves
     safe_version: int | None  # the newest ready version trained on none of them
     compacted: bool  # VACUUM ran and the WAL was truncated: the text is gone from the files
+    notes: int = 0  # memory notes deleted (only `forget --all`: notes belong to no turn)
 
     def advice(self) -> str:
         """The follow-up a person needs: which adapters still carry the forgotten turns, and what to do."""
@@ -99,10 +100,10 @@ def forget_session(store: Store, session_id: int) -> ForgetResult:
 
 
 def forget_all(store: Store) -> ForgetResult:
-    """Delete every session and turn (adapter versions and settings stay), then compact the file."""
+    """Delete every session, turn and memory note (adapter versions and settings stay), then compact the file."""
     session_ids = [r[0] for r in store.db.execute("SELECT id FROM sessions")]
     turn_ids = [r[0] for r in store.db.execute("SELECT id FROM turns")]
-    return _forget(store, turn_ids, [], session_ids=session_ids)
+    return _forget(store, turn_ids, [], session_ids=session_ids, notes=True)
 
 
 def forget_turn(store: Store, turn_id: int) -> ForgetResult:
@@ -156,6 +157,7 @@ def _forget(
     *,
     session_ids: list[int] | None = None,
     retitle: tuple[int, str] | None = None,
+    notes: bool = False,
 ) -> ForgetResult:
     # Asked before deleting: adapter_samples rows cascade away with their turns.
     versions = tuple(trained_on(store, turn_ids + scrub_ids))
@@ -168,6 +170,8 @@ def _forget(
     try:
         with store.transaction():
             _delete(store, turn_ids, scrub_ids, session_ids, retitle)
+            # The notes' FTS index follows by trigger; VACUUM below takes both out of the file.
+            n_notes = store.db.execute("DELETE FROM notes").rowcount if notes else 0
     except StoreError as err:
         if _is_busy(err.__cause__):
             raise StoreError(f"nothing was deleted: {store.path} is busy; {BUSY_HINT}.") from err
@@ -185,6 +189,7 @@ def _forget(
         active=active,
         safe_version=safe[-1] if safe and versions else None,
         compacted=compacted,
+        notes=n_notes,
     )
 
 

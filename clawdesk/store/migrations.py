@@ -164,3 +164,46 @@ def m003_learn(db):
         )
         """
     )
+
+
+@MIGRATIONS()
+def m004_memory(db):
+    # The personal memory of the `remember` / `recall` tools: notes outlive chats (they are not per turn).
+    db.execute(
+        """
+        CREATE TABLE notes (
+            id INTEGER PRIMARY KEY,
+            content TEXT NOT NULL,
+            tags TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    # Full-text index over the notes (external content: the text is stored once, in `notes`), kept
+    # in sync by triggers so every writer, including a person with the sqlite3 shell, updates it.
+    db.execute(
+        "CREATE VIRTUAL TABLE notes_fts USING fts5("
+        "content, tags, content='notes', content_rowid='id', tokenize='porter unicode61')"
+    )
+    db.execute(
+        """
+        CREATE TRIGGER notes_ai AFTER INSERT ON notes BEGIN
+            INSERT INTO notes_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER notes_ad AFTER DELETE ON notes BEGIN
+            INSERT INTO notes_fts(notes_fts, rowid, content, tags) VALUES ('delete', old.id, old.content, old.tags);
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER notes_au AFTER UPDATE ON notes BEGIN
+            INSERT INTO notes_fts(notes_fts, rowid, content, tags) VALUES ('delete', old.id, old.content, old.tags);
+            INSERT INTO notes_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        END
+        """
+    )

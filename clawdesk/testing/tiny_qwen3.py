@@ -8,6 +8,10 @@ Two shapes are chosen to match how transformers reads a qwen3 GGUF: its config m
 ``qwen3.attention.key_length``, so ``head_dim`` always falls back to Qwen3Config's 128. We keep
 ``head_dim = 128`` and let ``n_head * head_dim`` differ from ``hidden`` (Qwen3 allows it; llama.cpp
 reads the real value from ``attention.key_length``).
+
+By default it has a tiny byte-level vocabulary and a cut-down template (fast: the trainer tests use
+it). With ``vocab=qwen3_vocab(...)`` and ``chat_template=`` it carries Qwen3's real 151,936-token BPE
+and template instead (see :mod:`clawdesk.testing.qwen3_assets`).
 """
 
 from __future__ import annotations
@@ -95,6 +99,108 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, [f"{left} {right}" for left, right in MERGES]
 
 
+# Qwen3's added tokens where the Qwen2 vocab GGUF (llama.cpp's models/ggml-vocab-qwen2.gguf) has
+# "[PAD<id>]" placeholders. From Qwen3's tokenizer_config.json ``added_tokens_decoder`` (a copy of
+# Qwen3-4B's: github.com/akougkas/warpio-cli, warpio-docs/ai-docs/model_cards/qwen3:4b.md):
+# 151646-151656 are "special" (control tokens), 151657-151668 are not (USER_DEFINED, matched whole).
+QWEN3_ADDED_TOKENS = {
+    151646: "<|object_ref_start|>",
+    151647: "<|object_ref_end|>",
+    151648: "<|box_start|>",
+    151649: "<|box_end|>",
+    151650: "<|quad_start|>",
+    151651: "<|quad_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151654: "<|vision_pad|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+    151657: "<tool_call>",
+    151658: "</tool_call>",
+    151659: "<|fim_prefix|>",
+    151660: "<|fim_middle|>",
+    151661: "<|fim_suffix|>",
+    151662: "<|fim_pad|>",
+    151663: "<|repo_name|>",
+    151664: "<|file_sep|>",
+    151665: "<tool_response>",
+    151666: "</tool_response>",
+    151667: "<think>",
+    151668: "</think>",
+}
+QWEN3_CONTROL_IDS = range(151646, 151657)
+
+
+def qwen3_vocab(vocab_gguf: Path) -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of the real Qwen2/3 BPE from a vocab-only GGUF, with the
+    ``[PAD…]`` placeholders at 151646-151668 renamed to Qwen3's added tokens (151,936 tokens)."""
+    keys = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+    arrays = _gguf_arrays(Path(vocab_gguf), set(keys))
+    tokens, types, merges = (arrays[key] for key in keys)
+    for token_id, text in QWEN3_ADDED_TOKENS.items():
+        if tokens[token_id] != f"[PAD{token_id}]":
+            raise ValueError(f"{vocab_gguf}: token {token_id} is {tokens[token_id]!r}, not a [PAD] placeholder")
+        tokens[token_id] = text
+        types[token_id] = 3 if token_id in QWEN3_CONTROL_IDS else 4  # CONTROL, USER_DEFINED
+    return tokens, types, merges
+
+
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
+_INT_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 10: "Q", 11: "q"}
+_STRING, _ARRAY = 8, 9
+
+
+def _gguf_arrays(path: Path, keys: set[str]) -> dict[str, list]:
+    """The string or integer array values of ``keys`` in a GGUF's header.
+
+    ``gguf.GGUFReader`` builds a numpy view per array item, ~8 s for this vocab's 300k strings; a
+    plain walk over the little-endian header takes well under a second.
+    """
+    import struct
+
+    data = memoryview(path.read_bytes())
+    if bytes(data[:4]) != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    (n_kv,) = struct.unpack_from("<Q", data, 16)  # after magic, version and the tensor count
+    pos = 24
+
+    def string() -> str:
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + n
+        return str(data[pos - n : pos], "utf-8")
+
+    def array() -> list:
+        nonlocal pos
+        kind, count = struct.unpack_from("<IQ", data, pos)
+        pos += 12
+        if kind == _STRING:
+            return [string() for _ in range(count)]
+        if kind == _ARRAY:
+            return [array() for _ in range(count)]
+        values = list(struct.unpack_from(f"<{count}{_INT_FORMATS[kind]}", data, pos)) if kind in _INT_FORMATS else []
+        pos += _SCALAR_SIZES[kind] * count
+        return values
+
+    found: dict[str, list] = {}
+    for _ in range(n_kv):
+        key = string()
+        (kind,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if kind == _ARRAY:
+            values = array()
+            if key in keys:
+                found[key] = values
+        elif kind == _STRING:
+            string()
+        else:
+            pos += _SCALAR_SIZES[kind]
+    missing = keys - found.keys()
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(sorted(missing))}")
+    return found
+
+
 def write_tiny_qwen3_gguf(
     path: Path,
     *,
@@ -109,19 +215,22 @@ def write_tiny_qwen3_gguf(
     embed_std: float = 0.125,
     rope_base: float = 1_000_000.0,
     rms_eps: float = 1e-6,
+    vocab: tuple[list[str], list[int], list[str]] | None = None,
+    chat_template: str = CHAT_TEMPLATE,
 ) -> Path:
     """Write a random f32 Qwen3 GGUF (tied embeddings, head_dim 128) to ``path`` and return it.
 
     Linear weights are N(0, ``std``); the tied embedding uses ``embed_std`` (≈ 1/sqrt(hidden), so
     logits are O(1) rather than O(0.1)); RMSNorm weights are 1 + N(0, 0.1) so a mixed-up norm shows.
-    Same arguments, same bytes.
+    Same arguments, same bytes. ``vocab`` (tokens, types, merges) replaces the tiny byte-level
+    vocabulary, e.g. :func:`qwen3_vocab`; ``chat_template`` replaces the cut-down template.
     """
     import gguf
 
     path = Path(path)
     rng = np.random.RandomState(seed)
-    tokens, types, merges = tiny_vocab()
-    vocab = len(tokens)
+    tokens, types, merges = vocab if vocab is not None else tiny_vocab()
+    n_vocab = len(tokens)
     q_dim, kv_dim = n_head * HEAD_DIM, n_head_kv * HEAD_DIM
 
     def linear(n_out: int, n_in: int) -> np.ndarray:
@@ -133,7 +242,7 @@ def write_tiny_qwen3_gguf(
     arch = gguf.MODEL_ARCH.QWEN3
     names = gguf.get_tensor_name_map(arch, n_layers)
     weights: dict[str, np.ndarray] = {
-        "model.embed_tokens": (rng.standard_normal((vocab, hidden)) * embed_std).astype(np.float32),
+        "model.embed_tokens": (rng.standard_normal((n_vocab, hidden)) * embed_std).astype(np.float32),
     }
     for i in range(n_layers):
         p = f"model.layers.{i}"
@@ -177,7 +286,7 @@ def write_tiny_qwen3_gguf(
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
     for hf_name, array in weights.items():
         gguf_name = names.get_name(hf_name)
         assert gguf_name is not None, hf_name
