@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rate", choices=["+1", "-1"], help="thumbs up/down for the last turn (of --session, else the latest)"
     )
+    from clawdesk import cli_agent
+
+    cli_agent.add_flags(p)  # --yes, --allow, --workspace: tool consent and workspace
 
     add("sessions", cmd_sessions, "list chat sessions")
     from clawdesk import cli_learning
@@ -86,21 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_chat(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.runtime import load_engine, open_store
+    from clawdesk.tools.registry import build_registry
     from clawdesk.ui.app import ClawDeskApp
 
     store = open_store(config)
     engine = load_engine(config, store, args.model)
+    # Built even for a model that cannot call tools: the status bar then says what would enable them.
+    registry = build_registry(config) if config.tools.enabled else None
     try:
-        ClawDeskApp(config, engine, store, learning=True).run()
+        ClawDeskApp(config, engine, store, learning=True, registry=registry).run()
     finally:
+        if registry is not None:
+            registry.close()  # stops the MCP servers the chat started
         engine.close()
         store.close()
     return 0
 
 
 def cmd_ask(args: argparse.Namespace, config: Config) -> int:
-    from clawdesk.chat import ChatService, clean_message
+    from clawdesk.agent import AgentService
+    from clawdesk.chat import clean_message
+    from clawdesk.cli_agent import TOOLS_NEED_NOTE, ToolActivity, check_flags
     from clawdesk.runtime import load_engine, open_store
+    from clawdesk.tools.consent import Consent
 
     if args.rate is not None:
         if args.text is not None:
@@ -115,6 +126,7 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
     except UnicodeDecodeError as exc:
         raise InputError(f"standard input is not UTF-8 text ({exc.reason} at byte {exc.start}); re-encode it.") from exc
     text = clean_message(text, config.chat.max_message_chars)  # fail fast, before loading a model
+    workspace, allow = check_flags(args, config)
     store = open_store(config)
     try:
         if args.session is not None:
@@ -126,8 +138,15 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
         else:
             session = None
         engine = load_engine(config, store, args.model)
+        registry = None
         try:
-            service = ChatService(engine, config.chat)
+            if config.tools.enabled and engine.supports_tools:
+                from clawdesk.tools.registry import build_registry
+
+                registry = build_registry(config, workspace=workspace)
+            elif config.tools.enabled:
+                print(f"[{TOOLS_NEED_NOTE}]", file=sys.stderr)
+            service = AgentService(engine, config.chat, config.tools, registry)
             if session is None:
                 session = service.new_session(store, incognito=args.incognito)
             if engine.identity.note:
@@ -138,27 +157,36 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
             if problem:
                 print(f"[{problem}]", file=sys.stderr)
             cancel = threading.Event()
+            activity = ToolActivity()  # the reply to stdout without <tool_call> blocks, tool outcomes to stderr
 
-            def show(delta) -> None:
-                sys.stdout.write(delta.text)
-                sys.stdout.flush()
-
-            # Ctrl-C stops the reply between tokens; the partial reply is recorded as cancelled.
+            # Ctrl-C stops the reply between tokens, between steps and inside a running tool; what ran is recorded.
             previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
             try:
                 result = service.run_turn(
-                    store, session.id, text, thinking=False if args.no_think else None, cancel=cancel, on_delta=show
+                    store,
+                    session.id,
+                    text,
+                    thinking=False if args.no_think else None,
+                    cancel=cancel,
+                    on_event=activity,
+                    consent=Consent(allow=allow, yes=args.yes),
                 )
             finally:
                 signal.signal(signal.SIGINT, previous)
-            sys.stdout.write("\n")
+            activity.finish()
             reply = result.reply
             if result.dropped_turns:
                 print(f"[{result.dropped_turns} earlier exchange(s) left out to fit the context]", file=sys.stderr)
-            if reply.status != "finished":
-                print(f"[reply {reply.status}]", file=sys.stderr)
+            stopped = getattr(result, "stopped", "")  # the agent loop's: "cancelled" between steps, "max_steps"
+            status = "cancelled" if stopped == "cancelled" else reply.status
+            if status != "finished":
+                print(f"[reply {status}]", file=sys.stderr)
+            if stopped == "max_steps":
+                print(f"[stopped after tools.max_steps = {config.tools.max_steps} model calls]", file=sys.stderr)
             print(f"[session {session.id} · turn {result.turn_id}]", file=sys.stderr)
         finally:
+            if registry is not None:
+                registry.close()  # MCP server processes
             engine.close()
     finally:
         store.close()

@@ -16,7 +16,7 @@ from clawdesk.progress import ProgressBar
 
 def add_commands(add) -> None:
     p = add("judge", cmd_judge, "judge all pending turns now (rewards and hints from your next messages)")
-    p.add_argument("--limit", type=count, metavar="N", help="judge at most N turns")
+    p.add_argument("--limit", type=count, metavar="N", help="judge at most N turns and tool steps")
     p = add("train", cmd_train, "train the next adapter version(s) from judged turns, headless")
     p.add_argument("--steps", type=count, metavar="N", help="at most N optimizer steps (default: all full batches)")
     p.add_argument("--batch-size", type=count, metavar="B", help="samples per step (default train.batch_size)")
@@ -50,13 +50,16 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.judge.service import judge_pending
     from clawdesk.runtime import load_engine, load_judge, open_store
     from clawdesk.store.judgments import backlog, pending_turns
+    from clawdesk.store.step_judgments import step_backlog
 
     store = open_store(config)
     try:
         if not store.learning_enabled:
             print("learning is OFF: nothing is judged. Turn it on with `clawdesk learning on`.")
             return 0
-        todo = len(pending_turns(store, limit=args.limit))
+        # Turns first, then tool steps (judged from their tool results); --limit counts both.
+        todo = len(pending_turns(store, limit=args.limit)) + step_backlog(store)
+        todo = todo if args.limit is None else min(todo, args.limit)
         if todo == 0:
             _, waiting = backlog(store)
             print(f"Nothing to judge ({waiting} turn(s) wait for your next message).")
@@ -86,6 +89,12 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
             f"judged {summary.judged} turn(s): +1 ×{r[1]}, -1 ×{r[-1]}, 0 ×{r[0]}; hints accepted: {summary.hints}"
             + (f"; dropped {summary.dropped} stale" if summary.dropped else "")
         )
+        if summary.steps_judged:
+            r = summary.step_rewards
+            print(
+                f"judged {summary.steps_judged} tool step(s) from their results: +1 ×{r[1]}, -1 ×{r[-1]}, 0 ×{r[0]}; "
+                f"hints: {summary.step_hints}"
+            )
     finally:
         store.close()
     return 0

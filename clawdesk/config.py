@@ -97,6 +97,9 @@ class JudgeConfig:
         )
 
 
+STEP_REWARDS = ("stepwise", "outcome")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The on-device learner (LoRA on the served model's base weights)."""
@@ -116,8 +119,16 @@ class TrainConfig:
     token_budget: int = 2048  # tokens per micro-batch
     max_logprob_drop: float = 1.0  # validation: held-out mean log-prob may fall by at most this
     hf_checkpoint: str = ""  # optional HF checkpoint dir to train on instead of the served GGUF
+    # The reward of a tool step (a non-final model call of the agent loop): "stepwise" = the turn's
+    # outcome o plus the mean of the step's judge votes (OpenClaw-RL's step-wise reward), "outcome" =
+    # o alone (the ablation). A turn's final answer is always rewarded with o.
+    step_reward: str = "stepwise"
 
     def __post_init__(self) -> None:
+        _check(
+            self.step_reward in STEP_REWARDS,
+            f'train.step_reward must be "stepwise" or "outcome", got {self.step_reward!r}',
+        )
         _check(1 <= self.batch_size <= 1024, f"train.batch_size must be in 1..1024, got {self.batch_size}")
         _check(1 <= self.epochs <= 16, f"train.epochs must be in 1..16, got {self.epochs}")
         _check(0 < self.lr < 1, f"train.lr must be in (0, 1), got {self.lr}")

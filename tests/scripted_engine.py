@@ -64,6 +64,7 @@ class ScriptedEngine(Engine):
         tokens_per_s: float | None = None,
         name: str = "scripted-model",
         note: str = "",
+        template: str | None = None,
     ):
         # The real __init__ reads the llama.cpp model; set the same attributes directly.
         self.llm = None
@@ -71,7 +72,9 @@ class ScriptedEngine(Engine):
             name=name, path=Path(f"/scripted/{name}.gguf"), sha256="scripted", arch="scripted", note=note
         )
         self.lock = threading.RLock()
-        self.template = ChatTemplate(THINKING_TEMPLATE if thinking else PLAIN_TEMPLATE, bos_token="", eos_token=EOS)
+        # ``template``: a real one (e.g. Qwen3's, which renders tools and tool results) instead of ChatML.
+        source = template or (THINKING_TEMPLATE if thinking else PLAIN_TEMPLATE)
+        self.template = ChatTemplate(source, bos_token="", eos_token=EOS)
         self._add_bos = False
         self._adapter = None
         self._adapter_path = None
@@ -104,9 +107,9 @@ class ScriptedEngine(Engine):
     def _id(self, piece: str) -> int:
         return self._vocab.setdefault(piece, len(self._vocab) + 10)
 
-    def build_prompt(self, system, history, user, *, thinking, reply_room):
+    def build_prompt(self, system, history, user, *, thinking, reply_room, **tools_and_steps):
         self._last_user = user
-        return super().build_prompt(system, history, user, thinking=thinking, reply_room=reply_room)
+        return super().build_prompt(system, history, user, thinking=thinking, reply_room=reply_room, **tools_and_steps)
 
     def release(self) -> None:
         """Let a held reply continue."""

@@ -15,8 +15,9 @@ import pytest
 from clawdesk.cli import main
 from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store import NewTurn, Store, now_iso
-from clawdesk.store.forget import TURN_TABLES, compact, forget_session, forget_turn, trained_on
+from clawdesk.store.forget import STEP_TABLES, TURN_TABLES, compact, forget_session, forget_turn, trained_on
 from clawdesk.store.judgments import Judgment, get_judgment, list_judged, pending_turns, save_judgment
+from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
 from clawdesk.store.tokens import unpack_ids
 
 MARKER = b"ZQXJ-FORGET-ME-0042"  # 20 bytes: 5 little-endian int32 token ids spell it too
@@ -34,6 +35,22 @@ def _turn(text: str, *, prompt_ids: list[int] | None = None) -> NewTurn:
         status="finished", thinking=True, model_name="smollm2-135m", model_path="/m.gguf", model_sha256="test-sha",
         prompt_ids=prompt_ids or [1, 2, 3], reply_ids=[4, 5], started_at=at, finished_at=at,
     )  # fmt: skip
+
+
+def _agent_turn(store: Store, session_id: int, text: str, *, tool_result: str, step_hint: str) -> int:
+    """A turn of the agent loop: a read_file step whose result is ``tool_result``, then the answer."""
+    at = now_iso()
+    read = NewToolCall("read_file", {"path": "notes.txt"}, "<tool_call>…</tool_call>", tool_result, "ok", 0.01)
+    steps = [
+        NewStep([1, 2], [9], "<tool_call>…</tool_call>", "", "finished", at, at, calls=(read,)),
+        NewStep([1, 2, 9, 3], [4, 5], f"reply to {text}", "", "finished", at, at),
+    ]
+    turn_id, step_ids = add_agent_turn(store, session_id, _turn(text, prompt_ids=[1, 2, 9, 3]), steps)
+    with store.transaction():
+        store.db.execute(
+            "INSERT INTO step_judgments(step_id, hint, judged_at) VALUES (?, ?, ?)", [step_ids[0], step_hint, at]
+        )
+    return turn_id
 
 
 def _judge(store: Store, turn_id: int, next_turn_id: int, hint: str | None = None) -> None:
@@ -81,7 +98,7 @@ def two_chats(store):
     a_ids = [
         store.add_turn(a.id, _turn(f"{secret} first", prompt_ids=marker_ids())),
         store.add_turn(a.id, _turn(f"tell me more {secret}")),
-        store.add_turn(a.id, _turn("and then?")),
+        _agent_turn(store, a.id, "and then?", tool_result=f"notes.txt: {secret}", step_hint=f"read {secret}"),
     ]
     _judge(store, a_ids[0], a_ids[1], hint=f"say it like {secret}")
     b = store.create_session(system_prompt="sys")
@@ -110,6 +127,9 @@ def test_forget_session_leaves_no_text_in_the_files(store, config, two_chats):
         for table, column in TURN_TABLES:
             n = store.db.execute(f"SELECT count(*) FROM {table} WHERE {column} IN (?, ?, ?)", a_ids).fetchone()[0]
             assert n == 0, table
+        # The agent turn's steps went, and with them its tool call (whose result held the marker) and step judgment.
+        for table in STEP_TABLES:
+            assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
         # The other chat is untouched, and the running app still reads it.
         assert [s.id for s in app.list_sessions()] == [b]
         assert [t.id for t in app.list_turns(b)] == b_ids
@@ -159,6 +179,25 @@ def test_forget_turn_takes_its_words_from_neighbours_and_title(store, config, tw
     assert store.get_session(s.id).title == "and then?"
     with pytest.raises(NotFoundError, match="no turn with id 424242"):
         forget_turn(store, 424242)
+
+
+def test_forget_turn_scrubs_later_agent_steps_and_trained_on_sees_step_samples(store):
+    s = store.create_session(system_prompt="sys")
+    first = store.add_turn(s.id, _turn("forget me"))
+    later = _agent_turn(store, s.id, "and then?", tool_result="3 lines", step_hint="read it whole")
+    step_ids = [st.id for st in store.list_steps(later)]
+    _version(store, 1, [])
+    with store.transaction():
+        store.db.execute("INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (1, ?, 1, 0)",
+                         [step_ids[0]])  # fmt: skip
+    assert trained_on(store, [later]) == [1] and trained_on(store, [first]) == []
+
+    forget_turn(store, first)  # the later turn's steps were served with the forgotten turn in their prompts
+
+    steps = store.list_steps(later)
+    assert [st.id for st in steps] == step_ids and [st.prompt_ids for st in steps] == [[], []]
+    assert [c.result for c in store.tool_calls(step_ids[0])] == ["3 lines"]  # still readable in the chat
+    assert store.db.execute("SELECT count(*) FROM step_judgments").fetchone() == (0,)
 
 
 def test_trained_on_follows_continued_versions(store, two_chats):

@@ -164,6 +164,18 @@ class Engine:
         with self.lock:
             return self.llm.tokenize(text.encode("utf-8"), add_bos=self._add_bos, special=True)
 
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of served ids, control tokens written out, without the BOS that :meth:`tokenize` adds back.
+
+        ``tokenize(detokenize(ids)) == ids`` for a prompt this engine rendered and tokenized (the
+        judge's teacher prompt for a tool step relies on it, and checks it).
+        """
+        ids = list(ids)
+        with self.lock:
+            if self._add_bos and ids and ids[0] == self.llm.token_bos():
+                ids = ids[1:]
+            return self.llm.detokenize(ids, special=True).decode("utf-8", errors="replace")
+
     def tokenize_plain(self, text: str, *, bos: bool = False) -> list[int]:
         """Tokens of plain text: special-token markup in it stays text (the judge's few-shot prompts quote users)."""
         with self.lock:

@@ -60,28 +60,36 @@ class Frames:
 @cache
 def load_frames() -> Frames:
     """Parse the v3 template (package data); a JudgeError names the file when it is malformed."""
+    return load_template(TEMPLATE, (*SCORE_SECTIONS, *HINT_SECTIONS))
+
+
+@cache
+def load_template(template: str, labels: tuple[str, ...]) -> Frames:
+    """Parse a framings file of ``clawdesk/judge/prompts`` with a ``context`` section and one per label.
+
+    Also used for the tool-step framings (``tool_v1.txt``, :mod:`clawdesk.judge.tool_steps`)."""
     try:
-        text = resources.files("clawdesk.judge").joinpath("prompts", TEMPLATE).read_text(encoding="utf-8")
+        text = resources.files("clawdesk.judge").joinpath("prompts", template).read_text(encoding="utf-8")
     except FileNotFoundError as err:
         raise JudgeError(
-            f"Judge prompt file clawdesk/judge/prompts/{TEMPLATE} is missing; reinstall ClawDesk."
+            f"Judge prompt file clawdesk/judge/prompts/{template} is missing; reinstall ClawDesk."
         ) from err
     parts = _SECTION.split(text)
     sections = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-    needed = ["context", *SCORE_SECTIONS, *HINT_SECTIONS]
+    needed = ["context", *labels]
     missing = [name for name in needed if not sections.get(name)]
     if missing or parts[0].strip():
-        raise JudgeError(f"{TEMPLATE} needs non-empty sections {', '.join(needed)}; missing: {', '.join(missing)}.")
+        raise JudgeError(f"{template} needs non-empty sections {', '.join(needed)}; missing: {', '.join(missing)}.")
     framings = {
         name: tuple(line.strip() for line in sections[name].splitlines() if line.strip()) for name in needed[1:]
     }
     return Frames(sections["context"], framings)
 
 
-def context(request: str, reply: str) -> str:
+def context(request: str, reply: str, frames: Frames | None = None) -> str:
     """The shared prefix of every framing (evaluated once per turn: llama.cpp keeps it cached)."""
     values = {"request": flatten(request), "reply": flatten(reply)}
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), load_frames().context) + "\n"
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), (frames or load_frames()).context) + "\n"
 
 
 def continuation(next_state: str) -> str:

@@ -1,5 +1,8 @@
 """Judging the backlog: once (``clawdesk judge``) or continuously in the background (the TUI).
 
+The backlog is turns (judged from the user's next message) and then tool steps (judged from their
+tool results, :mod:`clawdesk.judge.tool_steps`), which are ready as soon as they are recorded.
+
 Both paths respect the learning switch: judging only runs while learning is ON, and turning it
 OFF interrupts the turn being judged (nothing half-judged is saved).
 """
@@ -11,9 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clawdesk.judge.parse import majority
 from clawdesk.judge.runner import Judge, JudgeInterrupted, VoteProgress
+from clawdesk.judge.tool_steps import judge_step
 from clawdesk.store import Store
 from clawdesk.store.judgments import Judgment, backlog, drop_stale, pending_turns, save_judgment
+from clawdesk.store.step_judgments import StepJudgment, pending_steps, save_step_judgment, step_backlog
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class JudgeEvent:
     waiting: int = 0  # turns waiting for the user's next message
     vote: VoteProgress | None = None
     judgment: Judgment | None = None
+    steps_ready: int = 0  # tool steps ready to judge
+    step_judgment: StepJudgment | None = None  # set instead of ``judgment`` when a tool step was judged
 
 
 @dataclass
@@ -34,6 +42,9 @@ class JudgeSummary:
     rewards: dict[int, int] = field(default_factory=lambda: {1: 0, -1: 0, 0: 0})
     hints: int = 0
     stopped: bool = False  # learning was turned off / interrupted before the backlog was done
+    steps_judged: int = 0  # tool steps
+    step_rewards: dict[int, int] = field(default_factory=lambda: {1: 0, -1: 0, 0: 0})  # majority of their votes
+    step_hints: int = 0
 
 
 def judge_pending(
@@ -44,7 +55,7 @@ def judge_pending(
     limit: int | None = None,
     on_event: Callable[[JudgeEvent], None] | None = None,
 ) -> JudgeSummary:
-    """Judge up to ``limit`` ready turns now (oldest first)."""
+    """Judge up to ``limit`` ready turns, then tool steps, now (oldest first; ``limit`` counts both)."""
     summary = JudgeSummary(dropped=drop_stale(store, max_age_hours))
     for pending in pending_turns(store, limit=limit):
         if not store.learning_enabled or judge.stop.is_set():
@@ -67,7 +78,36 @@ def judge_pending(
         if on_event is not None:
             ready, waiting = backlog(store)
             on_event(JudgeEvent("judged", ready=ready, waiting=waiting, judgment=judgment))
+    if not summary.stopped:
+        _judge_steps(store, judge, summary, None if limit is None else limit - summary.judged, on_event)
     return summary
+
+
+def _judge_steps(
+    store: Store, judge: Judge, summary: JudgeSummary, limit: int | None, on_event: Callable[[JudgeEvent], None] | None
+) -> None:
+    if limit is not None and limit <= 0:
+        return
+    for pending in pending_steps(store, limit=limit):
+        if not store.learning_enabled or judge.stop.is_set():
+            summary.stopped = True
+            break
+        try:
+            sj = judge_step(
+                judge, store, pending, on_progress=lambda v: on_event and on_event(JudgeEvent("vote", vote=v))
+            )
+        except JudgeInterrupted:
+            summary.stopped = True
+            break
+        save_step_judgment(store, sj)
+        summary.steps_judged += 1
+        summary.step_rewards[majority(sj.votes)] += 1
+        summary.step_hints += sj.hint is not None
+        if on_event is not None:
+            ready, waiting = backlog(store)
+            on_event(
+                JudgeEvent("judged", ready=ready, waiting=waiting, steps_ready=step_backlog(store), step_judgment=sj)
+            )
 
 
 class JudgeLoop:
@@ -116,11 +156,11 @@ class JudgeLoop:
                     summary = judge_pending(
                         store, self.judge, max_age_hours=self.max_age_hours, limit=1, on_event=self.on_event
                     )
-                    if summary.judged:
+                    if summary.judged or summary.steps_judged:
                         continue  # more may be ready; re-check at once
                 if self.on_event is not None:
                     ready, waiting = backlog(store)
-                    self.on_event(JudgeEvent("backlog", ready=ready, waiting=waiting))
+                    self.on_event(JudgeEvent("backlog", ready=ready, waiting=waiting, steps_ready=step_backlog(store)))
                 self._wake.wait(self.idle_poll)
         finally:
             store.close()

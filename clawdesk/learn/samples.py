@@ -15,6 +15,15 @@ A turn becomes a sample when all of these hold:
 The prompt and reply ids are the ones stored when the reply was served (``turn_tokens``), so the
 learner scores exactly what the user saw. All selection happens in SQL so that :func:`count_ready`
 (the UI's "progress toward the next step") and :func:`ready_samples` can never disagree.
+
+A *tool step* (a non-final model call of an agent-loop turn, ``steps``; the final one is the turn
+itself) is a sample too, with the exact ids of that call, when its turn passes the same rules
+(base, learning ON, not incognito, not vetoed), it was judged from its tool results
+(``step_judgments``), and the turn's outcome o is known: the turn was judged or rated. Its reward
+is ``train.step_reward``: ``"stepwise"`` o + Σ rᵢ/m over the step's m votes (an invalid vote counts
+0), ``"outcome"`` o alone. It needs a non-zero reward or a teacher prompt, like a turn, and is
+trained once (``adapter_step_samples.step_id`` is UNIQUE). Samples come oldest turn first, a turn's
+steps in order before the turn's own sample.
 """
 
 from __future__ import annotations
@@ -43,6 +52,46 @@ _READY = f"""
       AND j.status = 'judged' AND a.turn_id IS NULL
       AND ({_REWARD} != 0 OR {_HAS_TEACHER})
 """
+# Tool steps: the turn's rules, plus judged from their tool results and the turn's outcome known.
+_STEP_VOTE_MEAN = "coalesce((SELECT sum(v.value) * 1.0 / count(*) FROM json_each(sj.votes) v), 0)"
+_STEP_REWARDS = {"stepwise": f"({_REWARD} + {_STEP_VOTE_MEAN})", "outcome": _REWARD}
+_STEP_HAS_TEACHER = (
+    "(sj.hint IS NOT NULL AND sj.enhanced_prompt_ids IS NOT NULL AND length(sj.enhanced_prompt_ids) > 0)"
+)
+_FINAL_IDX = 1 << 30  # orders a turn's own sample after its steps
+
+
+def _step_ready(step_reward: str) -> str:
+    return f"""
+    FROM steps st
+    JOIN turns t ON t.id = st.turn_id
+    JOIN sessions s ON s.id = t.session_id
+    JOIN step_judgments sj ON sj.step_id = st.id
+    LEFT JOIN judgments j ON j.turn_id = t.id
+    LEFT JOIN feedback f ON f.turn_id = t.id
+    LEFT JOIN adapter_step_samples a ON a.step_id = st.id
+    WHERE t.model_sha256 = :sha AND t.learning = 1 AND s.incognito = 0 AND coalesce(f.vetoed, 0) = 0
+      AND st.status IN ('finished', 'length') AND length(st.prompt_ids) > 0 AND length(st.reply_ids) > 0
+      AND st.idx < (SELECT max(l.idx) FROM steps l WHERE l.turn_id = st.turn_id)
+      AND a.step_id IS NULL
+      AND (f.rating IS NOT NULL OR j.status = 'judged')
+      AND ({_STEP_REWARDS[step_reward]} != 0 OR {_STEP_HAS_TEACHER})
+"""
+
+
+def _union(step_reward: str) -> str:
+    """Every ready sample, turns and tool steps, as one row shape (the one query both readers use)."""
+    if step_reward not in _STEP_REWARDS:
+        raise ValueError(f'step_reward must be "stepwise" or "outcome", got {step_reward!r}')
+    return f"""
+        SELECT t.id AS turn_id, NULL AS step_id, {_FINAL_IDX} AS ord, tt.prompt_ids, tt.reply_ids,
+               {_REWARD} AS reward, j.hint, j.enhanced_prompt_ids, {_HAS_TEACHER} AS has_teacher
+        {_READY}
+        UNION ALL
+        SELECT t.id, st.id, st.idx, st.prompt_ids, st.reply_ids,
+               {_STEP_REWARDS[step_reward]}, sj.hint, sj.enhanced_prompt_ids, {_STEP_HAS_TEACHER}
+        {_step_ready(step_reward)}
+    """
 
 
 @dataclass(frozen=True)
@@ -55,6 +104,7 @@ class Sample:
     reward: float
     hint: str | None
     teacher_prompt_ids: list[int] | None  # s_t with the hint appended; None = no OPD signal
+    step_id: int | None = None  # a tool step of turn ``turn_id`` (``steps.id``); None = the turn's own reply
 
     @property
     def has_hint(self) -> bool:
@@ -66,21 +116,18 @@ class Sample:
         return len(self.prompt_ids) + len(self.reply_ids)
 
 
-def ready_samples(store: Store, base_sha256: str, *, limit: int | None = None) -> list[Sample]:
-    """Samples not yet trained on for the base ``base_sha256``, oldest turn first."""
-    sql = f"""
-        SELECT t.id, tt.prompt_ids, tt.reply_ids, {_REWARD} AS reward, j.hint, j.enhanced_prompt_ids,
-               {_HAS_TEACHER} AS has_teacher
-        {_READY}
-        ORDER BY t.id
-    """
+def ready_samples(
+    store: Store, base_sha256: str, *, limit: int | None = None, step_reward: str = "stepwise"
+) -> list[Sample]:
+    """Samples not yet trained on for the base ``base_sha256``, oldest turn first (its tool steps before it)."""
+    sql = f"SELECT * FROM ({_union(step_reward)}) ORDER BY turn_id, ord"
     params: dict[str, object] = {"sha": base_sha256}
     if limit is not None:
         sql += " LIMIT :limit"
         params["limit"] = int(limit)
     out = []
     for row in store.db.execute(sql, params).fetchall():
-        turn_id, prompt_blob, reply_blob, reward, hint, enhanced_blob, has_teacher = row
+        turn_id, step_id, _, prompt_blob, reply_blob, reward, hint, enhanced_blob, has_teacher = row
         out.append(
             Sample(
                 turn_id=turn_id,
@@ -89,14 +136,15 @@ def ready_samples(store: Store, base_sha256: str, *, limit: int | None = None) -
                 reward=float(reward),
                 hint=hint,
                 teacher_prompt_ids=unpack_ids(enhanced_blob) if has_teacher else None,
+                step_id=step_id,
             )
         )
     return out
 
 
-def count_ready(store: Store, base_sha256: str) -> int:
+def count_ready(store: Store, base_sha256: str, *, step_reward: str = "stepwise") -> int:
     """How many samples :func:`ready_samples` would return (for "n of batch_size until the next step")."""
-    row = store.db.execute(f"SELECT count(*) {_READY}", {"sha": base_sha256}).fetchone()
+    row = store.db.execute(f"SELECT count(*) FROM ({_union(step_reward)})", {"sha": base_sha256}).fetchone()
     return int(row[0])
 
 

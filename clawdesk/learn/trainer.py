@@ -81,7 +81,7 @@ def train(
     store = Store.open(Path(db_path))
     try:
         bs = config.batch_size
-        ready = count_ready(store, base_sha256)
+        ready = count_ready(store, base_sha256, step_reward=config.step_reward)
         n_steps = ready // bs if steps is None else min(steps, ready // bs)
         if n_steps == 0:
             message = f"{ready} of {bs} samples ready; training starts when a batch is full"
@@ -125,7 +125,7 @@ class _Run:
         made: list[int] = []
         try:
             for step in range(1, self.n_steps + 1):
-                batch = ready_samples(self.store, self.base_sha256, limit=cfg.batch_size)
+                batch = ready_samples(self.store, self.base_sha256, limit=cfg.batch_size, step_reward=cfg.step_reward)
                 if len(batch) < cfg.batch_size or self.stopped():
                     break
                 version = self.one_step(learner, batch, step, parent)
@@ -189,6 +189,8 @@ class _Run:
                 f"Out of memory in a training step ({exc}). Lower train.token_budget (now {cfg.token_budget}) in "
                 "config.toml; each micro-batch holds that many tokens."
             ) from exc
+        # Which reward the batch's tool steps got (stepwise o + Σrᵢ/m, or outcome o): the ablation is read from here.
+        metrics |= {"step_reward": cfg.step_reward, "n_step_samples": float(sum(s.step_id is not None for s in batch))}
         self.progress(
             "step", step,
             f"step {step}/{n}: loss {metrics['loss']:.4f}, reward {metrics['reward_mean']:+.2f}, "
@@ -223,7 +225,10 @@ class _Run:
         }
         base = {"name": self.base_name, "sha256": self.base_sha256, "gguf": str(self.base_gguf)}
         base |= {"train_source": info.source, "arch": info.arch, "quantized": info.quantized, "dtype": info.dtype}
-        samples = [{"turn_id": s.turn_id, "reward": s.reward, "hint": s.hint, "has_teacher": s.has_hint} for s in batch]
+        samples = [
+            {"turn_id": s.turn_id, "step_id": s.step_id, "reward": s.reward, "hint": s.hint, "has_teacher": s.has_hint}
+            for s in batch
+        ]
         metadata = {k: v for k, v in record.items() if k not in ("base_name", "base_sha256")}
         metadata |= {"base": base, "lora": lora, "config": dataclasses.asdict(cfg), "samples": samples}
         versions.write_metadata(staged, metadata)

@@ -205,19 +205,24 @@ def record_version(
 ) -> AdapterVersion:
     """Insert the ``adapters`` row and one ``adapter_samples`` row per sample, in one transaction.
 
-    Rejected versions record their samples too: they are spent either way, so a batch that wrecks
-    the model is not retried forever.
+    A tool-step sample (``Sample.step_id``) gets an ``adapter_step_samples`` row instead. Rejected
+    versions record their samples too: they are spent either way, so a batch that wrecks the model
+    is not retried forever.
     """
     if status not in ("ready", "rejected"):
         raise ValueError(f"bad adapter status {status!r}")
     pause_for_crash_test("record")
+    turns = [s for s in samples if s.step_id is None]
+    steps = [s for s in samples if s.step_id is not None]
     with store.transaction():
-        marks = ",".join("?" * len(samples))
         used = store.db.execute(
-            f"SELECT turn_id, version FROM adapter_samples WHERE turn_id IN ({marks})", [s.turn_id for s in samples]
+            f"SELECT 'turn', turn_id, version FROM adapter_samples WHERE turn_id IN ({','.join('?' * len(turns))})"
+            f" UNION ALL SELECT 'tool step', step_id, version FROM adapter_step_samples"
+            f" WHERE step_id IN ({','.join('?' * len(steps))})",
+            [*(s.turn_id for s in turns), *(s.step_id for s in steps)],
         ).fetchall()
         if used:
-            spent = ", ".join(f"turn {t} (v{v})" for t, v in used)
+            spent = ", ".join(f"{kind} {t} (v{v})" for kind, t, v in used)
             raise TrainError(
                 f"Cannot record v{version}: {spent} were already trained on; each turn is used once. "
                 "Was another training run going on at the same time? Nothing was recorded; train again."
@@ -230,10 +235,15 @@ def record_version(
                 json.dumps(metrics), json.dumps(validation), note, created_at,
             ],
         )  # fmt: skip
-        for s in samples:
+        for s in turns:
             store.db.execute(
                 "INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, ?, ?)",
                 [version, s.turn_id, s.reward, int(s.has_hint)],
+            )
+        for s in steps:
+            store.db.execute(
+                "INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (?, ?, ?, ?)",
+                [version, s.step_id, s.reward, int(s.has_hint)],
             )
     return get_version(store, version)
 

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store.log import Store, _title_from, now_iso
 
+# Tables keyed by a step of the agent loop (clawdesk.store.steps), whose steps belong to a turn: tool
+# calls (arguments and results: file contents, shell output), step judgments and step samples.
+STEP_TABLES: tuple[str, ...] = ("tool_calls", "step_judgments", "adapter_step_samples")
+
 # Every (table, column) whose rows belong to a turn id and carry its words or what was learned
 # from it. The foreign keys cascade most of these, but deleting them by name does not depend on
 # `PRAGMA foreign_keys`, and a future table (tool calls, an FTS index) is one more line here.
@@ -30,7 +34,11 @@ TURN_TABLES: tuple[tuple[str, str], ...] = (
     ("judgments", "next_turn_id"),
     ("feedback", "turn_id"),
     ("adapter_samples", "turn_id"),
+    # The agent loop's steps (exact prompts and replies); their STEP_TABLES rows are deleted first.
+    ("steps", "turn_id"),
 )
+
+_STEPS_OF = "SELECT id FROM steps WHERE turn_id IN ({})"  # the steps of the turns given as ids
 
 BUSY_HINT = (
     "another ClawDesk process (the chat, `clawdesk judge` or a training run) kept it locked for more than the "
@@ -83,7 +91,13 @@ def compaction_pending_message() -> str:
 
 def trained_on(store: Store, turn_ids: Iterable[int]) -> list[int]:
     """Adapter versions trained on any of ``turn_ids``, plus every version continued from one of those."""
-    direct = _ids_query(store, "SELECT DISTINCT version FROM adapter_samples WHERE turn_id IN ({})", list(turn_ids))
+    turn_ids = list(turn_ids)
+    direct = _ids_query(store, "SELECT DISTINCT version FROM adapter_samples WHERE turn_id IN ({})", turn_ids)
+    direct += _ids_query(
+        store,
+        f"SELECT DISTINCT version FROM adapter_step_samples WHERE step_id IN ({_STEPS_OF})",
+        turn_ids,
+    )
     tainted = set(direct)
     # A version continues training from its parent's weights, so what the parent learned lives on in it.
     for version, parent in store.db.execute("SELECT version, parent_version FROM adapters ORDER BY version"):
@@ -201,12 +215,18 @@ def _delete(
     retitle: tuple[int, str] | None,
 ) -> None:
     db = store.db
+    for table in STEP_TABLES:
+        _ids_exec(store, f"DELETE FROM {table} WHERE step_id IN ({_STEPS_OF})", turn_ids)
     for table, column in TURN_TABLES:
         _ids_exec(store, f"DELETE FROM {table} WHERE {column} IN ({{}})", turn_ids)
     _ids_exec(store, "DELETE FROM turns WHERE id IN ({})", turn_ids)
     # Later turns of the chat keep their text but lose the token ids and judgments that held the forgotten turn.
     _ids_exec(store, "DELETE FROM turn_tokens WHERE turn_id IN ({})", scrub_ids)
     _ids_exec(store, "DELETE FROM judgments WHERE turn_id IN ({})", scrub_ids)
+    # Their agent steps' prompts held it as well: the ids go (the steps and tool calls stay readable), and
+    # so do step judgments, whose teacher prompts are those prompts plus a hint.
+    _ids_exec(store, f"DELETE FROM step_judgments WHERE step_id IN ({_STEPS_OF})", scrub_ids)
+    _ids_exec(store, "UPDATE steps SET prompt_ids = X'' WHERE turn_id IN ({})", scrub_ids)
     for turn_id in scrub_ids:
         db.execute(
             "INSERT INTO feedback(turn_id, vetoed, updated_at) VALUES (?, 1, ?) "

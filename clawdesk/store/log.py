@@ -276,6 +276,19 @@ class Store:
     def count_turns(self) -> int:
         return self.db.execute("SELECT count(*) FROM turns").fetchone()[0]
 
+    # The agent loop's steps and tool calls live in clawdesk.store.steps; these two read them.
+    def list_steps(self, turn_id: int):
+        """A turn's steps in order (:class:`clawdesk.store.steps.Step`); empty when it was served without tools."""
+        from clawdesk.store.steps import list_steps
+
+        return list_steps(self, turn_id)
+
+    def tool_calls(self, step_id: int):
+        """One step's calls in order (:class:`clawdesk.store.steps.ToolCallRecord`)."""
+        from clawdesk.store.steps import tool_calls
+
+        return tool_calls(self, step_id)
+
     # -- model identity cache ---------------------------------------------------------------
 
     def cached_sha256(self, path: Path, size: int, mtime_ns: int) -> str | None:

@@ -207,3 +207,75 @@ def m004_memory(db):
         END
         """
     )
+
+
+@MIGRATIONS()
+def m005_agent_steps(db):
+    # One user message can take several model calls (the agent loop): each is a step with the exact
+    # prompt and reply ids served, so each is a training sample (OpenClaw-RL trains per step). The
+    # turn row keeps the final answer and turn_tokens the final step's ids, so everything that reads
+    # turns (history, the judge from the user's next message, samples, export) works unchanged.
+    db.execute(
+        """
+        CREATE TABLE steps (
+            id INTEGER PRIMARY KEY,
+            turn_id INTEGER NOT NULL REFERENCES turns(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,                  -- 0, 1, ... model calls within the turn; the last is final
+            prompt_ids BLOB NOT NULL,              -- packed int32, as turn_tokens
+            reply_ids BLOB NOT NULL,
+            reply_content TEXT NOT NULL,           -- what the model wrote, <tool_call> blocks included
+            reply_thinking TEXT NOT NULL DEFAULT '',
+            status TEXT NOT NULL CHECK (status IN ('finished', 'cancelled', 'length')),
+            adapter_version INTEGER,
+            started_at TEXT NOT NULL,
+            finished_at TEXT NOT NULL,
+            UNIQUE (turn_id, idx)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE tool_calls (
+            id INTEGER PRIMARY KEY,
+            step_id INTEGER NOT NULL REFERENCES steps(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,                  -- order within the step (results match calls by order)
+            name TEXT NOT NULL,
+            arguments TEXT NOT NULL,               -- JSON object as parsed ('{}' for a malformed block)
+            raw TEXT NOT NULL DEFAULT '',          -- the block as the model wrote it
+            result TEXT NOT NULL,                  -- exactly what the model read as the tool message
+            status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'denied', 'timeout')),
+            duration_s REAL NOT NULL,
+            UNIQUE (step_id, idx)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE step_judgments (
+            step_id INTEGER PRIMARY KEY REFERENCES steps(id) ON DELETE CASCADE,
+            prompt_version TEXT,
+            judge_model_name TEXT,
+            judge_model_sha256 TEXT,
+            score_outputs TEXT,                    -- JSON list: raw text of every vote
+            votes TEXT,                            -- JSON list: +1/-1/0, null = invalid
+            hint TEXT,                             -- accepted hint from the tool results, NULL = none
+            hint_outputs TEXT,
+            enhanced_prompt_ids BLOB,              -- the step's prompt with the hint appended (OPD teacher)
+            seconds REAL,
+            judged_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE adapter_step_samples (
+            version INTEGER NOT NULL REFERENCES adapters(version) ON DELETE CASCADE,
+            step_id INTEGER NOT NULL UNIQUE REFERENCES steps(id) ON DELETE CASCADE,  -- trained on once
+            reward REAL NOT NULL,                  -- the step reward used (stepwise: o + mean votes)
+            has_hint INTEGER NOT NULL,
+            PRIMARY KEY (version, step_id)
+        )
+        """
+    )
+    db.execute("CREATE INDEX steps_turn ON steps(turn_id, idx)")
+    db.execute("CREATE INDEX tool_calls_step ON tool_calls(step_id, idx)")

@@ -2,9 +2,11 @@
 
 The app owns the chat state on the UI thread: the open session (or a *draft* new chat that is
 saved on its first message), the main-thread :class:`~clawdesk.store.Store`, and at most one turn
-in progress. A turn runs :meth:`ChatService.run_turn` in a thread worker with its own Store;
+in progress. A turn runs :meth:`AgentService.run_turn` in a thread worker with its own Store;
 streamed text crosses threads only through a :class:`~clawdesk.ui.stream.ReplyBuffer` and
-posted messages, so the UI keeps handling keys while the model works.
+posted messages, so the UI keeps handling keys while the model works. The turn runs through
+:class:`~clawdesk.agent.AgentService`: with a tools registry and a model that can call tools, its
+tool blocks and consent dialog are :class:`~clawdesk.ui.agent_view.AgentView`'s.
 
 Extension points for later features: :class:`TurnRecorded` (posted after every recorded turn),
 :meth:`ClawDeskApp.refresh_status` and ``app.status_bar.set_field`` for extra status fields,
@@ -27,15 +29,20 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Label, Static
 
-from clawdesk.chat import ChatService, clean_message
+from clawdesk.agent import AgentService
+from clawdesk.chat import clean_message
 from clawdesk.config import Config
 from clawdesk.engine import Engine
 from clawdesk.errors import ClawDeskError
 from clawdesk.store import Session, Store
+from clawdesk.tools.consent import Consent
+from clawdesk.tools.registry import Registry
+from clawdesk.ui.agent_view import AgentView
 from clawdesk.ui.learning import LearningActions, LearningController
 from clawdesk.ui.messages import PendingTurn, ReplyProgress, TurnDone, TurnFailed, TurnRecorded
 from clawdesk.ui.screens import HELP_KEYS, ConfirmScreen, HelpScreen, RenameScreen
 from clawdesk.ui.stream import ReplyBuffer
+from clawdesk.ui.tool_widgets import load_trails
 from clawdesk.ui.widgets import (
     INCOGNITO_ICON,
     AssistantMessage,
@@ -57,7 +64,7 @@ def _exchanges(n: int) -> str:
 # -- the app ------------------------------------------------------------------------------
 
 
-class ClawDeskApp(LearningActions, App[None]):
+class ClawDeskApp(AgentView, LearningActions, App[None]):
     """The chat TUI. ``store`` is used on this (the UI) thread only."""
 
     TITLE = "ClawDesk"
@@ -82,16 +89,26 @@ class ClawDeskApp(LearningActions, App[None]):
     ]
 
     def __init__(
-        self, config: Config, engine: Engine, store: Store, *, session_id: int | None = None, learning: bool = False
+        self,
+        config: Config,
+        engine: Engine,
+        store: Store,
+        *,
+        session_id: int | None = None,
+        learning: bool = False,
+        registry: Registry | None = None,
     ):
-        """``learning=True`` runs the background judge and trainer (the CLI does; most tests don't)."""
+        """``learning=True`` runs the background judge and trainer (the CLI does; most tests don't).
+        ``registry``: the tools the model may call (the caller owns it and closes it); None: no tools."""
         super().__init__()
         self._background_learning = learning
         self.learning: LearningController | None = None
         self.config = config
         self.engine = engine
         self.store = store
-        self.service = ChatService(engine, config.chat)
+        self.registry = registry
+        self._consents: dict[int, Consent] = {}  # per chat: "yes for this chat" answers
+        self.service = AgentService(engine, config.chat, config.tools, registry)
         # Checked now so a bad --session is reported before the screen takes over the terminal.
         self.session: Session | None = store.get_session(session_id) if session_id is not None else None
         self._draft_incognito = False
@@ -181,6 +198,7 @@ class ClawDeskApp(LearningActions, App[None]):
         bar.adapter = "base" if version is None else f"v{version}"
         bar.learning = self.store.learning_enabled
         bar.thinking = self.thinking_enabled if self.engine.supports_thinking else None
+        self.refresh_tools_status()
         title = self.session.title if self.session is not None else "New chat"
         self.sub_title = f"{INCOGNITO_ICON} {title} (incognito)" if self.incognito else title
 
@@ -200,9 +218,12 @@ class ClawDeskApp(LearningActions, App[None]):
     async def _show_turns(self, turns: Iterable, *, incognito: bool) -> None:
         log = self.chat_log
         await log.remove_children()
+        turns = list(turns)
+        trails = load_trails(self.store, [t.id for t in turns])
         widgets = []
         for t in turns:
-            widgets += [UserMessage(t.user_content), AssistantMessage(t.reply_content, t.reply_thinking, t.status)]
+            reply = AssistantMessage(t.reply_content, t.reply_thinking, t.status, steps=trails.get(t.id, ()))
+            widgets += [UserMessage(t.user_content), reply]
         await log.mount_all(widgets or [EmptyState(incognito=incognito)])
         self._follow_end()
 
@@ -296,21 +317,18 @@ class ClawDeskApp(LearningActions, App[None]):
         self.refresh_bindings()
         if created:
             await self.refresh_sessions()
-        self._serve(self._turn)
+        self._serve(self._turn, *self.agent_callbacks(self._turn))
         return True
 
     @work(thread=True, exclusive=True, group="turn", name="chat turn")
-    def _serve(self, turn: PendingTurn) -> None:
-        """Worker thread: run the turn on a store of this thread's own."""
-
-        def on_delta(delta) -> None:
-            if turn.buffer.push(delta):
-                self.post_message(ReplyProgress(turn))
-
+    def _serve(self, turn: PendingTurn, on_event, consent: Consent | None) -> None:
+        """Worker thread: run the turn on a store of this thread's own (text and tool calls come as events)."""
         try:
             store = Store.open(self.store.path)
             try:
-                result = self.service.run_turn(store, turn.session_id, turn.text, cancel=turn.cancel, on_delta=on_delta)
+                result = self.service.run_turn(
+                    store, turn.session_id, turn.text, cancel=turn.cancel, on_event=on_event, consent=consent
+                )
             finally:
                 store.close()
         except ClawDeskError as err:

@@ -120,7 +120,9 @@ class LearningController:
 
         store = self.app.store
         self.state.judge_ready, self.state.judge_waiting = backlog(store)
-        self.state.ready_samples = count_ready(store, self.engine.identity.sha256)
+        self.state.ready_samples = count_ready(
+            store, self.engine.identity.sha256, step_reward=self.config.train.step_reward
+        )
         self._publish()
 
     def _publish(self) -> None:

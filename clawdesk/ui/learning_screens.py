@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Spark
 
 from clawdesk.store.forget import trained_on
 from clawdesk.store.judgments import forget, list_judged, set_rating, set_veto
+from clawdesk.ui.tool_widgets import step_lines
 
 if TYPE_CHECKING:
     from clawdesk.ui.learning import LearningController, TrainingState
@@ -86,6 +87,9 @@ class LearnedScreen(Screen[None]):
             return
         row = next(r for r in list_judged(self.app.store) if r.turn_id == self._ids[event.cursor_row])
         detail = f"Reply: {_snip(row.reply_content, 300)}\nHint: {row.hint or '(none)'}"
+        steps = step_lines(self.app.store, row.turn_id)  # the agent's tool steps, judged from their results
+        if steps:
+            detail += "\nTool steps:\n" + "\n".join(steps)
         self.query_one("#learned-detail", Static).update(detail)
 
     def _current(self) -> int | None:

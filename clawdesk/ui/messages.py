@@ -1,6 +1,7 @@
 """Messages between the chat app's turn worker and its UI thread, and the public turn hook.
 
-The worker posts :class:`ReplyProgress`, then :class:`TurnDone` or :class:`TurnFailed`; the app
+The worker posts :class:`ReplyProgress` (and, when the agent uses tools, :class:`AgentUpdate` and
+:class:`ConsentRequested`), then :class:`TurnDone` or :class:`TurnFailed`; the app
 posts :class:`TurnRecorded` to itself once a turn is in the log and on screen, which is where
 later features (the judge, the learning dashboard) hook in with an ``on_turn_recorded`` handler.
 """
@@ -9,13 +10,19 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
+from clawdesk.agent import AgentEvent
 from clawdesk.chat import TurnResult
 from clawdesk.errors import ClawDeskError
 from clawdesk.ui.stream import ReplyBuffer
 from clawdesk.ui.widgets import AssistantMessage, UserMessage
+
+if TYPE_CHECKING:
+    from clawdesk.ui.consent import ConsentRequest
+    from clawdesk.ui.tool_widgets import ToolTrail
 
 
 @dataclass
@@ -29,6 +36,7 @@ class PendingTurn:
     user: UserMessage
     assistant: AssistantMessage
     new_session: bool  # the session was created for this message (removed again if it fails)
+    trail: ToolTrail | None = None  # the reply's tool calls, mounted when the first tool step ends
 
 
 class ReplyProgress(Message):
@@ -37,6 +45,27 @@ class ReplyProgress(Message):
     def __init__(self, turn: PendingTurn) -> None:
         super().__init__()
         self.turn = turn
+
+
+class AgentUpdate(Message):
+    """A step began or a tool call started/ended; ``step_text`` is the step's visible text so far."""
+
+    def __init__(self, turn: PendingTurn, event: AgentEvent, step_text: str = "") -> None:
+        super().__init__()
+        self.turn = turn
+        self.event = event
+        self.step_text = step_text
+
+
+class ConsentRequested(Message):
+    """The worker waits for the user's answer about a tool call (``request.answer`` releases it)."""
+
+    def __init__(self, turn: PendingTurn, request: ConsentRequest, step: int, step_text: str) -> None:
+        super().__init__()
+        self.turn = turn
+        self.request = request
+        self.step = step
+        self.step_text = step_text
 
 
 class TurnDone(Message):

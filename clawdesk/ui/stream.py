@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from clawdesk.engine import Delta
 from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN, in_thinking, split_thinking
+from clawdesk.tools.format import CALL_OPEN
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,13 @@ class ReplyBuffer:
             self._wake_pending = True
             return True
 
+    def reset(self) -> None:
+        """Start over for the agent's next step (a wake-up already pending stays pending)."""
+        with self._lock:
+            self._raw = []
+            self._n_tokens = 0
+            self._thinking = False
+
     def take(self) -> ReplySnapshot:
         """The reply so far; the next push wakes the UI again."""
         with self._lock:
@@ -70,3 +78,15 @@ def split_streaming(raw: str) -> tuple[str, str, bool]:
         return body.strip(), "", True
     thinking, answer = split_thinking(raw)
     return thinking, answer, False
+
+
+def hide_tool_calls(answer: str) -> str:
+    """A streaming answer without its ``<tool_call>`` blocks: everything from the first one on is
+    hidden (the tool blocks show the calls), and so is a tag still being written ("<tool_c")."""
+    at = answer.find(CALL_OPEN)
+    if at >= 0:
+        return answer[:at].rstrip()
+    for k in range(len(CALL_OPEN) - 1, 0, -1):
+        if answer.endswith(CALL_OPEN[:k]):
+            return answer[:-k].rstrip()
+    return answer

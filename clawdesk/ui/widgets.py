@@ -6,7 +6,7 @@ in progress, and widgets ask it for things by posting messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from textual import events
 from textual.binding import Binding
@@ -19,7 +19,8 @@ from textual.widgets import Collapsible, Label, ListItem, ListView, Markdown, St
 from textual.widgets.markdown import MarkdownStream
 
 from clawdesk.store import Session
-from clawdesk.ui.stream import split_streaming
+from clawdesk.ui.stream import hide_tool_calls, split_streaming
+from clawdesk.ui.tool_widgets import StepView, ToolTrail
 
 INCOGNITO_ICON = "👻"
 EMPTY_CHAT = "Ask me anything — I learn from how you respond"
@@ -55,8 +56,18 @@ class AssistantMessage(Vertical):
     reply streams, and closed with :meth:`finish`.
     """
 
-    def __init__(self, content: str = "", thinking: str = "", status: str = "finished", *, live: bool = False):
+    def __init__(
+        self,
+        content: str = "",
+        thinking: str = "",
+        status: str = "finished",
+        *,
+        live: bool = False,
+        steps: Sequence[StepView] = (),
+    ):
+        """``steps``: the tool steps before the answer (a reopened turn); a live reply gets them mounted."""
         super().__init__(classes="" if live or status == "finished" else "ended-early")
+        self.steps = steps
         self.content = content
         self.thinking = thinking
         self.status = "" if live else status
@@ -68,6 +79,8 @@ class AssistantMessage(Vertical):
         with Collapsible(title="Thoughts", collapsed=True, classes="thinking") as box:
             box.display = bool(self.thinking)
             yield Static(self.thinking, markup=False, classes="thinking-text")
+        if self.steps:
+            yield ToolTrail(self.steps)
         yield Markdown(self.content, classes="answer")
         text = "…" if not self.status else status_marker(self.status, self.content)
         marker = Static(text, markup=False, classes="marker")
@@ -107,6 +120,7 @@ class AssistantMessage(Vertical):
     async def show_progress(self, raw: str, n_tokens: int) -> None:
         """Show the reply streamed so far (``raw`` is the model's whole output yet)."""
         thinking, answer, still_thinking = split_streaming(raw)
+        answer = hide_tool_calls(answer)  # the tool blocks show the calls
         if thinking:
             self._set_thinking(thinking, title=f"Thinking… ({n_tokens} tokens)" if still_thinking else "Thoughts")
         await self._set_answer(answer)

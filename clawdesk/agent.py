@@ -1,0 +1,366 @@
+"""The agent loop beside :mod:`clawdesk.chat`: one user message → up to ``tools.max_steps`` model calls.
+
+Each model call is a *step* (recorded in ``steps`` with its exact prompt and reply ids); tool calls
+parsed from a step's reply run through the tools registry (workspace, consent, caps) and their
+results become the next step's ``tool`` messages. The UI receives :data:`AgentEvent` values through
+``on_event`` and answers consent questions through ``consent``; it never runs a tool itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from clawdesk.chat import ChatService, TurnResult, _wall_iso, clean_message
+from clawdesk.config import ChatConfig, ToolsConfig
+from clawdesk.engine import Delta, Engine, Prompt, Reply, SamplingParams, history_from_turns
+from clawdesk.engine.gate import ChatGate
+from clawdesk.errors import InputError
+from clawdesk.store import NewTurn, Store
+from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
+from clawdesk.tools.consent import Consent, Decision
+from clawdesk.tools.format import CallError, parse_tool_calls, tool_messages
+from clawdesk.tools.registry import Registry, check_arguments
+from clawdesk.tools.types import ToolCall, ToolResult, ToolSpec
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    """Model call number ``idx`` (0-based) of the turn begins."""
+
+    idx: int
+
+
+@dataclass(frozen=True)
+class StepText:
+    """Streamed reply text of the current step (as ChatService's ``on_delta``)."""
+
+    idx: int
+    delta: Delta
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    """A tool call is about to run (after consent was given)."""
+
+    idx: int
+    call_idx: int
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    """A tool call ended (or was denied / failed to parse); ``result`` is what the model will read."""
+
+    idx: int
+    call_idx: int
+    call: ToolCall
+    result: ToolResult
+
+
+AgentEvent = StepStarted | StepText | ToolStarted | ToolFinished
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+# Appended to the last tool result before the last model call a turn may make (tools.max_steps):
+# the model reads why it must answer now, in the same prompt layout as every other step (a final
+# call rendered without tools would change the system block, lose the KV cache prefix and give
+# the learner a step whose prompt no other step shares).
+LAST_STEP_NOTE = (
+    "\n\n[ClawDesk: this was the last tool call allowed for this message (tools.max_steps = {n} model calls). "
+    "Answer the user now with what you have; further tool calls will not be run.]"
+)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One model call of a turn: the reply served, the calls it made (in order) and what each gave back."""
+
+    reply: Reply
+    prompt: Prompt
+    items: tuple[ToolCall | CallError, ...] = ()
+    results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentTurnResult(TurnResult):
+    """A :class:`TurnResult` with the loop's steps; ``reply`` is the final step's."""
+
+    steps: tuple[StepOutcome, ...] = ()
+    step_ids: tuple[int, ...] = ()
+    # "" (the model answered), "cancelled" (between steps or in a tool), "max_steps", or "context" (the
+    # results did not fit the context window for another step; the turn is recorded as "length")
+    stopped: str = ""
+
+
+class AgentService(ChatService):
+    """Runs a user message through up to ``tools.max_steps`` model calls, running the tools it asks for.
+
+    With no registry, tools turned off, no tool offered, or a model whose template cannot render
+    tools (the demo model), a turn is exactly :class:`ChatService`'s (no ``steps`` rows). Otherwise
+    every model call is a step; the turn row and ``turn_tokens`` hold the final step's answer and
+    ids, and the steps and their tool calls are recorded with the turn in one transaction when the
+    loop ends (finished, cut at length, cancelled or at the step limit).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        chat: ChatConfig,
+        tools: ToolsConfig,
+        registry: Registry | None,
+        *,
+        gate: ChatGate | None = None,
+    ):
+        super().__init__(engine, chat, gate=gate)
+        self.tools = tools
+        self.registry = registry
+
+    @property
+    def tools_active(self) -> bool:
+        """Whether turns go through the loop (the model is offered tools)."""
+        return self.registry is not None and self.tools.enabled and self.engine.supports_tools
+
+    def run_turn(
+        self,
+        store: Store,
+        session_id: int,
+        text: str,
+        *,
+        thinking: bool | None = None,
+        cancel: threading.Event | None = None,
+        on_delta: Callable[[Delta], None] | None = None,
+        temperature: float | None = None,
+        on_event: Callable[[AgentEvent], None] | None = None,
+        consent: Consent | None = None,
+    ) -> TurnResult:
+        specs = self.registry.specs() if self.tools_active and self.registry is not None else []
+        if not specs:
+            if on_event is not None:  # the UI follows one event stream whether or not tools are on
+                text = clean_message(text, self.chat.max_message_chars)  # (idempotent) an error before the event
+                on_event(StepStarted(0))
+                on_delta = _plain_events(on_delta, on_event)
+            return super().run_turn(
+                store, session_id, text, thinking=thinking, cancel=cancel, on_delta=on_delta, temperature=temperature
+            )
+        text = clean_message(text, self.chat.max_message_chars)
+        run = _Run(self, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature)
+        # Headless with no consent given: calls whose policy is `ask` are denied (and recorded).
+        run.consent = consent or Consent()
+        with self.gate:
+            return run.serve()
+
+
+class _Run:
+    """One turn through the loop (a separate object so the per-turn state is not kept on the service)."""
+
+    def __init__(self, service, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature):
+        self.service = service
+        self.engine: Engine = service.engine
+        self.registry: Registry = service.registry
+        self.max_steps: int = service.tools.max_steps
+        self.store: Store = store
+        self.session = store.get_session(session_id)
+        self.text = text
+        self.schemas = [spec.schema() for spec in specs]
+        self.thinking = self.session.thinking if thinking is None else thinking
+        self.cancel: threading.Event = cancel or threading.Event()
+        self.consent = Consent()
+        self.on_delta = on_delta
+        self.on_event = on_event
+        chat = service.chat
+        self.params = SamplingParams(
+            temperature=chat.temperature if temperature is None else temperature,
+            top_p=chat.top_p,
+            max_tokens=chat.max_reply_tokens,
+        )
+
+    def emit(self, event: AgentEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def serve(self) -> AgentTurnResult:
+        started = time.monotonic()
+        history = history_from_turns(self.store.list_turns(self.session.id))
+        messages: list[dict] = []  # this message's assistant tool calls and tool results, for the next step
+        outcomes: list[StepOutcome] = []
+        stopped = ""
+        for idx in range(self.max_steps):
+            if idx and self.cancel.is_set():  # Esc between steps: no further model call
+                stopped = "cancelled"
+                break
+            try:
+                prompt = self.engine.build_prompt(
+                    self.session.system_prompt,
+                    history,
+                    self.text,
+                    thinking=self.thinking,
+                    reply_room=self.service.chat.max_reply_tokens,
+                    tools=self.schemas,
+                    steps=messages,
+                )
+            except InputError:
+                if not outcomes:
+                    raise  # the message alone does not fit: nothing ran, nothing to record
+                # The results so far no longer fit the context (steps are never dropped): end the
+                # turn on the last step served, so what ran is recorded instead of lost.
+                stopped = "context"
+                break
+            self.emit(StepStarted(idx))
+            reply = self.engine.generate(prompt.token_ids, self.params, cancel=self.cancel, on_delta=self._text(idx))
+            if reply.status == "cancelled":  # a cut reply's calls are not run: the model had not finished them
+                outcomes.append(StepOutcome(reply, prompt))
+                break
+            # A template whose prompt already opens <think> (Qwen3-2507) starts the reply mid-thought.
+            parsed = parse_tool_calls(reply.raw_text, started_in_thinking=prompt.text.rstrip().endswith("<think>"))
+            if not parsed.has_calls:
+                outcomes.append(StepOutcome(reply, prompt))
+                break
+            last = idx == self.max_steps - 1
+            note = LAST_STEP_NOTE.format(n=self.max_steps) if idx == self.max_steps - 2 else ""
+            results = self._answer(idx, parsed.items, run=not last, note=note)
+            outcomes.append(StepOutcome(reply, prompt, parsed.items, tuple(results)))
+            if last:
+                stopped = "max_steps"
+                break
+            # Thinking is kept for steps after the user's message, as Qwen3's template wants: the
+            # next prompt then holds this step's reply byte for byte (and its KV cache prefix).
+            messages += [parsed.message(keep_thinking=True), *tool_messages(results)]
+        if self.cancel.is_set() and outcomes[-1].items:
+            stopped = "cancelled"  # stopped after (or while) its tools ran
+        return self._record(outcomes, stopped, started)
+
+    def _text(self, idx: int) -> Callable[[Delta], None]:
+        def on_delta(delta: Delta) -> None:
+            if self.on_delta is not None:
+                self.on_delta(delta)
+            self.emit(StepText(idx, delta))
+
+        return on_delta
+
+    def _answer(self, idx: int, items: tuple[ToolCall | CallError, ...], *, run: bool, note: str) -> list[ToolResult]:
+        """A result for every block, in order: run (consent, caps, cancel), or an error the model can read."""
+        results = []
+        for call_idx, item in enumerate(items):
+            if isinstance(item, CallError):
+                call, result = ToolCall(item.name or "?", {}, raw=item.raw), item.result()
+            else:
+                call = item
+                result = self._run_one(idx, call_idx, call, run)
+            if note and call_idx == len(items) - 1:
+                result = replace(result, content=result.content + note)
+            self.emit(ToolFinished(idx, call_idx, call, result))
+            results.append(result)
+        return results
+
+    def _run_one(self, idx: int, call_idx: int, call: ToolCall, run: bool) -> ToolResult:
+        if not run:
+            return ToolResult(
+                call.name,
+                "error",
+                f"not run: this message already used its {self.max_steps} model calls (tools.max_steps).",
+            )
+        if self.cancel.is_set():
+            return ToolResult(call.name, "error", "not run: the user stopped the reply before this call.")
+        if call.name == "remember" and self.session.incognito:
+            # Notes outlive the chat (they are recalled in every chat): an incognito chat leaves none.
+            return ToolResult(
+                call.name,
+                "denied",
+                "This is an incognito chat, so nothing from it is remembered: the note was not saved. "
+                "Tell the user to ask again in a normal chat if they want it kept.",
+            )
+        announced = False
+
+        def announce() -> None:
+            nonlocal announced
+            if not announced:
+                announced = True
+                self.emit(ToolStarted(idx, call_idx, call))
+
+        spec = self.registry.spec(call.name)
+        if spec is not None and self.registry.policy(spec) == "auto" and not check_arguments(spec, call.arguments)[1]:
+            announce()  # no consent to wait for: it runs now
+        return self.registry.run(call, _Announcing(self.consent, announce), self.cancel)
+
+    def _record(self, outcomes: list[StepOutcome], stopped: str, started: float) -> AgentTurnResult:
+        final = outcomes[-1]
+        reply = final.reply
+        ident = self.engine.identity
+        turn = NewTurn(
+            user_content=self.text,
+            reply_content=reply.content,
+            reply_thinking=reply.thinking,
+            status={"cancelled": "cancelled", "context": "length"}.get(stopped, reply.status),
+            thinking=final.prompt.thinking,
+            model_name=ident.name,
+            model_path=str(ident.path),
+            model_sha256=ident.sha256,
+            prompt_ids=reply.prompt_ids,
+            reply_ids=reply.reply_ids,
+            started_at=_wall_iso(started),
+            finished_at=_wall_iso(time.monotonic()),
+            adapter_version=reply.adapter_version,
+            dropped_turns=final.prompt.dropped_turns,
+            latency_ms=outcomes[0].reply.latency_ms,  # what the user waited for the first text
+            tokens_per_s=reply.tokens_per_s,
+        )
+        steps = [
+            NewStep(
+                prompt_ids=o.reply.prompt_ids,
+                reply_ids=o.reply.reply_ids,
+                reply_content=o.reply.content,
+                reply_thinking=o.reply.thinking,
+                status=o.reply.status,
+                started_at=_wall_iso(o.reply.started_at),
+                finished_at=_wall_iso(o.reply.finished_at),
+                adapter_version=o.reply.adapter_version,
+                calls=tuple(_recorded(item, result) for item, result in zip(o.items, o.results, strict=True)),
+            )
+            for o in outcomes
+        ]
+        turn_id, step_ids = add_agent_turn(self.store, self.session.id, turn, steps)
+        return AgentTurnResult(
+            turn_id=turn_id,
+            reply=reply,
+            dropped_turns=final.prompt.dropped_turns,
+            steps=tuple(outcomes),
+            step_ids=tuple(step_ids),
+            stopped=stopped,
+        )
+
+
+class _Announcing:
+    """The chat's consent, telling the UI a call starts once it was allowed (the registry asks it)."""
+
+    def __init__(self, consent: Consent, announce: Callable[[], None]):
+        self.consent = consent
+        self.announce = announce
+
+    def decide(self, call: ToolCall, spec: ToolSpec) -> Decision:
+        decision = self.consent.decide(call, spec)
+        if decision.allowed:
+            self.announce()
+        return decision
+
+
+def _recorded(item: ToolCall | CallError, result: ToolResult) -> NewToolCall:
+    if isinstance(item, CallError):
+        return NewToolCall(item.name or "?", {}, item.raw, result.content, result.status, result.duration_s)
+    return NewToolCall(item.name, dict(item.arguments), item.raw, result.content, result.status, result.duration_s)
+
+
+def _plain_events(
+    on_delta: Callable[[Delta], None] | None, on_event: Callable[[AgentEvent], None]
+) -> Callable[[Delta], None]:
+    """``on_delta`` for a plain turn that also reports its text as step 0's."""
+
+    def both(delta: Delta) -> None:
+        if on_delta is not None:
+            on_delta(delta)
+        on_event(StepText(0, delta))
+
+    return both
