@@ -68,6 +68,8 @@ def search_notes(store: Store, query: str, limit: int = 10) -> list[Note]:
 
 def delete_note(store: Store, note_id: int) -> Note:
     note = get_note(store, note_id)
+    # Overwrite the freed pages: a deleted note (a fact about the person) must not linger in the file.
+    store.db.execute("PRAGMA secure_delete = ON")
     with store.transaction():
         store.db.execute("DELETE FROM notes WHERE id = ?", [note_id])
     return note

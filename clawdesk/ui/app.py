@@ -82,6 +82,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         Binding("f5", "learned", "Learned", priority=True),
         # priority: the message box (a TextArea) binds F6 to "select line"
         Binding("f6", "learning_screen", "Dashboard", priority=True),
+        Binding("f7", "memory", "Memory", show=False, priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
@@ -464,6 +465,14 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self.copy_to_clipboard(self._last_reply)
         self.notify("Copied the last reply to the clipboard.")
 
+    def action_memory(self) -> None:
+        from clawdesk.ui.memory_screen import MemoryScreen
+
+        if isinstance(self.screen, MemoryScreen):  # F7 again closes it
+            self.screen.dismiss()
+        else:
+            self.push_screen(MemoryScreen(self.store))
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.HELP_KEYS))
@@ -566,5 +575,6 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         )
         yield SystemCommand("Train now", "Run a training step on the judged turns ready now", self.action_train_now)
         yield SystemCommand("Roll back adapter", "Serve the previous adapter version", self.action_rollback)
+        yield SystemCommand("Memory", "Notes the assistant keeps across chats; delete them (F7)", self.action_memory)
         yield SystemCommand("Help", "List the keys (F1)", self.action_help)
         yield from super().get_system_commands(screen)

@@ -29,6 +29,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("F3, F4", "thumbs up / down for the last reply"),
     ("F5", "what I learned (veto or delete a turn)"),
     ("F6", "learning dashboard and adapter versions"),
+    ("F7", "memory: the notes kept across chats (d deletes one)"),
     ("Tab", "move between the chat list and the message box"),
     ("↑ ↓ Enter", "chat list: open a chat"),
     ("r, Delete", "chat list: rename, delete the highlighted chat"),
