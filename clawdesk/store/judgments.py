@@ -125,9 +125,12 @@ def save_judgment(store: Store, j: Judgment) -> None:
 
 def get_judgment(store: Store, turn_id: int) -> dict[str, Any] | None:
     rows = list(store.db.query("SELECT * FROM judgments WHERE turn_id = ?", [turn_id]))
-    if not rows:
-        return None
-    row = dict(rows[0])
+    return decode_judgment_row(rows[0]) if rows else None
+
+
+def decode_judgment_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``judgments`` or ``step_judgments`` row with its JSON lists and packed teacher ids decoded."""
+    row = dict(row)
     for key in ("score_outputs", "votes", "hint_outputs"):
         row[key] = json.loads(row[key]) if row[key] else []
     blob = row.get("enhanced_prompt_ids")

@@ -14,9 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from clawdesk.store.judgments import decode_judgment_row
 from clawdesk.store.log import Store, Turn, now_iso
 from clawdesk.store.steps import Step, ToolCallRecord, list_steps, tool_calls
-from clawdesk.store.tokens import pack_ids, unpack_ids
+from clawdesk.store.tokens import pack_ids
 
 _PENDING = """
     FROM steps st
@@ -103,11 +104,4 @@ def save_step_judgment(store: Store, j: StepJudgment) -> None:
 
 def get_step_judgment(store: Store, step_id: int) -> dict[str, Any] | None:
     rows = list(store.db.query("SELECT * FROM step_judgments WHERE step_id = ?", [step_id]))
-    if not rows:
-        return None
-    row = dict(rows[0])
-    for key in ("score_outputs", "votes", "hint_outputs"):
-        row[key] = json.loads(row[key]) if row[key] else []
-    blob = row.get("enhanced_prompt_ids")
-    row["enhanced_prompt_ids"] = unpack_ids(blob) if blob else None
-    return row
+    return decode_judgment_row(rows[0]) if rows else None
