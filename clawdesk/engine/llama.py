@@ -4,16 +4,19 @@ Every native call goes through :class:`Engine` under ``self.lock`` (an RLock), s
 the judge and adapter swaps never touch the context at the same time. Generation is a plain
 loop over llama-cpp-python's token generator; cancellation (``cancel`` event or ``stop_when``
 callback) is polled between prompt chunks and between tokens, never inside a native call.
+How many CPU threads the context uses is decided by :class:`ThreadBudget` and applied between
+those same native calls.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,17 +75,77 @@ class Reply:
     extra: dict = field(default_factory=dict)
 
 
+def all_threads() -> int:
+    """Every core this process may run on (its CPU affinity: taskset and containers narrow it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)  # no affinity API (macOS, Windows)
+
+
 def default_threads() -> int:
-    # Half the cores: on small machines the learner and judge need a core of their own, and
-    # llama.cpp's throughput collapses when its threads compete (see FIELD-NOTES).
-    return max(1, (os.cpu_count() or 2) // 2)
+    # Half the cores, the engine's share while the learner runs: on small machines the trainer
+    # needs cores of its own, and llama.cpp's throughput collapses when its threads compete
+    # with other busy threads (see FIELD-NOTES).
+    return max(1, all_threads() // 2)
+
+
+class ThreadBudget:
+    """How many threads one engine's llama.cpp context may use now.
+
+    "Busy" means other work computes on the CPU *at the same time as* this engine could: the
+    trainer process (it never yields, so while it runs the engine drops to
+    :func:`default_threads`), and a judge running on a *different* engine (``judge.model``) while
+    it is inside a native call (the ChatGate stops it at its next token or prompt chunk once the
+    chat starts, so that overlap is short, but during it both would fight for every core). A judge
+    on this same engine is not "busy": it runs on this very context under ``Engine.lock``, so it
+    and the chat never compute at once, and while it judges it is the only work, so it too gets
+    every core. With nothing busy (always for ``clawdesk ask``) the engine uses every core.
+
+    ``fixed`` (the user's ``model.n_threads``; 0 = automatic) is never changed. Flags are set from
+    any thread without waiting for the engine lock; the engine applies them before its next
+    native call (between prompt chunks and tokens).
+    """
+
+    def __init__(self, fixed: int = 0) -> None:
+        self.fixed = fixed
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}  # reason -> how many holders (two judges may share a policy)
+
+    def set_busy(self, reason: str, busy: bool) -> None:
+        with self._lock:
+            n = self._busy.get(reason, 0) + (1 if busy else -1)
+            if n > 0:
+                self._busy[reason] = n
+            else:
+                self._busy.pop(reason, None)
+
+    @contextlib.contextmanager
+    def busy_while(self, reason: str) -> Iterator[None]:
+        self.set_busy(reason, True)
+        try:
+            yield
+        finally:
+            self.set_busy(reason, False)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._busy)
+
+    def wanted(self) -> int | None:
+        """The thread count to use now; None when the user fixed it (leave the context as loaded)."""
+        if self.fixed:
+            return None
+        return default_threads() if self.busy else all_threads()
 
 
 class Engine:
     """Owns one ``llama_cpp.Llama``: prompts, streaming generation, adapters."""
 
-    def __init__(self, llm, identity: ModelIdentity, *, seed: int = 1234):
+    def __init__(self, llm, identity: ModelIdentity, *, seed: int = 1234, threads: ThreadBudget | None = None):
         self.llm = llm
+        # Without a budget from load() the caller chose the Llama's threads: keep them (fixed).
+        self.threads = threads or ThreadBudget(fixed=llm.n_threads)
         self._base_seed = seed
         self._calls = 0
         self._grammars: dict[str, object] = {}
@@ -119,11 +182,15 @@ class Engine:
         import llama_cpp
 
         check_gguf(model.path)
+        threads = ThreadBudget(fixed=n_threads)
+        # Automatic: start idle (every core, for prompts and tokens alike); see ThreadBudget.
+        first = n_threads or all_threads()
         try:
             llm = llama_cpp.Llama(
                 model_path=str(model.path),
                 n_ctx=n_ctx,
-                n_threads=n_threads or default_threads(),
+                n_threads=first,
+                n_threads_batch=None if n_threads else first,
                 n_gpu_layers=n_gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0,
                 seed=seed,
                 verbose=False,
@@ -138,7 +205,7 @@ class Engine:
         identity = ModelIdentity(
             name=model.name, path=model.path, sha256=sha256, arch=arch, is_demo=model.is_demo, note=model.note
         )
-        return cls(llm, identity, seed=seed)
+        return cls(llm, identity, seed=seed, threads=threads)
 
     def close(self) -> None:
         with self.lock:
@@ -148,6 +215,25 @@ class Engine:
     @property
     def n_ctx(self) -> int:
         return self.llm.n_ctx()
+
+    def context_threads(self) -> tuple[int, int]:
+        """(generation, batch) thread counts as llama.cpp's context has them now."""
+        import llama_cpp
+
+        with self.lock:
+            ctx = self.llm._ctx.ctx
+            return llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)
+
+    def _apply_threads(self) -> None:
+        """Give the context the budget's thread count; call under ``self.lock`` before native work."""
+        n = self.threads.wanted()
+        llm = self.llm
+        if n is None or (llm.n_threads == n and llm.n_threads_batch == n):
+            return
+        llm._ctx.set_n_threads(n, n)  # takes effect at the next llama_decode
+        # Keep llama-cpp-python's own record in step (its pickled state and repr read these).
+        llm.n_threads = llm.n_threads_batch = n
+        llm.context_params.n_threads = llm.context_params.n_threads_batch = n
 
     @property
     def supports_thinking(self) -> bool:
@@ -302,6 +388,7 @@ class Engine:
                         if stopped():
                             status = "cancelled"
                             break
+                        self._apply_threads()  # the trainer may have started or stopped meanwhile
                 finally:
                     gen.close()
             finished = time.monotonic()
@@ -407,6 +494,7 @@ class Engine:
         for start in range(common, len(ids), chunk):
             if stopped():
                 return False
+            self._apply_threads()
             llm.eval(ids[start : start + chunk])
         return True
 

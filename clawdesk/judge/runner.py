@@ -9,6 +9,7 @@ never grades itself with what it learned.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -215,14 +216,29 @@ class Judge:
         prompt = prompt[-room:]  # a prompt over the window loses its oldest examples, never the query
         return dict(zip(labels, self._score_ids(prompt, conts), strict=True))
 
+    def _computing(self) -> contextlib.AbstractContextManager[None]:
+        """Marks the served engine's threads busy while a judge on *another* engine computes.
+
+        On the served engine itself nothing is marked: the engine lock already keeps the judge and
+        the chat from computing at once (see :class:`~clawdesk.engine.llama.ThreadBudget`). Only
+        the native call is covered, not the wait for the chat, so a waiting judge costs no cores.
+        """
+        if self.engine is self.policy:
+            return contextlib.nullcontext()
+        return self.policy.threads.busy_while("judge")
+
     def _score_ids(self, prompt: list[int], conts: list[list[int]]) -> list[float]:
         while True:
             self.gate.wait_idle(self.stop)
             if self.stop.is_set():
                 raise JudgeInterrupted
-            found = self.engine.continuation_logprobs(
-                prompt, conts, stop_when=lambda: self.gate.busy or self.stop.is_set(), prompt_chunk=JUDGE_PROMPT_CHUNK
-            )
+            with self._computing():
+                found = self.engine.continuation_logprobs(
+                    prompt,
+                    conts,
+                    stop_when=lambda: self.gate.busy or self.stop.is_set(),
+                    prompt_chunk=JUDGE_PROMPT_CHUNK,
+                )
             if found is not None:  # None: paused for the chat; the cached prefix makes the retry cheap
                 return found
 
@@ -250,16 +266,17 @@ class Judge:
             if self.stop.is_set():
                 raise JudgeInterrupted
             params = SamplingParams(temperature=cfg.temperature, top_p=0.95, max_tokens=cfg.max_tokens - len(so_far))
-            reply = self.engine.generate(
-                ids,
-                params,
-                stop_when=lambda: self.gate.busy or self.stop.is_set(),
-                use_adapter=False,
-                resume_ids=so_far,
-                seed=seed + 7919 * len(so_far),  # a resumed vote continues with a fresh stream
-                prompt_chunk=JUDGE_PROMPT_CHUNK,
-                grammar=grammar,
-            )
+            with self._computing():
+                reply = self.engine.generate(
+                    ids,
+                    params,
+                    stop_when=lambda: self.gate.busy or self.stop.is_set(),
+                    use_adapter=False,
+                    resume_ids=so_far,
+                    seed=seed + 7919 * len(so_far),  # a resumed vote continues with a fresh stream
+                    prompt_chunk=JUDGE_PROMPT_CHUNK,
+                    grammar=grammar,
+                )
             if reply.status != "cancelled":
                 return reply.raw_text
             # Paused for the chat. Free text resumes where it stopped; a grammar-constrained

@@ -7,7 +7,8 @@ in Textual thread workers that report back only through ``app.call_from_thread``
   chat through the chat service's :class:`~clawdesk.engine.gate.ChatGate`;
 - when learning is ON and a full batch of judged samples is ready, the trainer runs as a separate,
   low-priority process (``python -m clawdesk.learn.trainer``), one optimizer step per launch,
-  printing JSON progress lines; a new ready version is hot-swapped in between two replies.
+  printing JSON progress lines; a new ready version is hot-swapped in between two replies. While
+  it runs the engine keeps to its share of the cores, otherwise it uses them all.
 
 Turning learning OFF interrupts judging at the next token and launches no new training step; a
 step already running finishes and is kept.
@@ -173,6 +174,7 @@ class LearningController:
         log = open_private(private_dir(self.config.logs_dir) / "trainer.log", "a")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
         log.close()
+        self._trainer_busy(True)
         self.state.running, self.state.phase, self.state.message = True, "starting", "starting the trainer"
         self._publish()
         self.app.run_worker(self._watch_trainer, thread=True, group="trainer", name="trainer", exit_on_error=False)
@@ -190,7 +192,17 @@ class LearningController:
             last = event
             self._from_thread(self._train_event, event)
         code = proc.wait()
+        # Here, not in _train_finished: the cores are free now, even if the app is already gone.
+        self._trainer_busy(False)
         self._from_thread(self._train_finished, code, last)
+
+    def _trainer_busy(self, busy: bool) -> None:
+        """The trainer process computes beside the chat and never yields: while it runs, every
+        engine of this app (the served one, and the judge's when ``judge.model`` is another GGUF)
+        drops to its share of the cores (see :class:`~clawdesk.engine.llama.ThreadBudget`)."""
+        engines = {id(e): e for e in (self.engine, self.judge.engine)}
+        for engine in engines.values():
+            engine.threads.set_busy("trainer", busy)
 
     def _train_event(self, event: dict[str, Any]) -> None:
         s = self.state
