@@ -15,12 +15,12 @@ from pathlib import Path
 from clawdesk.errors import ToolInputError
 from clawdesk.tools import files, memory, shell
 from clawdesk.tools.jail import Workspace
-from clawdesk.tools.types import ToolResult, ToolSpec
+from clawdesk.tools.types import ToolResult, ToolSpec, object_schema
 
 CURRENT_TIME = ToolSpec(
     "current_time",
     "The current local date, time, weekday and time zone.",
-    {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+    object_schema({}, []),
     default_policy="auto",
 )
 

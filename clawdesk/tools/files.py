@@ -17,7 +17,7 @@ import regex  # like `re`, but a search can time out: a model-written pattern ma
 
 from clawdesk.errors import ToolInputError
 from clawdesk.tools.jail import Workspace, is_inside, write_text
-from clawdesk.tools.types import ToolSpec
+from clawdesk.tools.types import ToolSpec, object_schema
 
 LIST_MAX_ENTRIES = 300
 SEARCH_MAX_MATCHES = 100
@@ -29,17 +29,13 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".v
 BINARY_PROBE = 8192
 
 
-def _obj(properties: dict, required: list[str]) -> dict:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
-
 _PATH = {"type": "string", "description": "path relative to the workspace"}
 
 SPECS = (
     ToolSpec(
         "list_files",
         "List the files and directories at a path in the workspace (directories end in '/').",
-        _obj(
+        object_schema(
             {
                 "path": {"type": "string", "description": "directory relative to the workspace (default '.')"},
                 "recursive": {"type": "boolean", "description": "also list everything below it (default false)"},
@@ -51,7 +47,7 @@ SPECS = (
     ToolSpec(
         "read_file",
         "Read a text file in the workspace. Long files are cut; read on with start_line.",
-        _obj(
+        object_schema(
             {"path": _PATH, "start_line": {"type": "integer", "description": "first line to read (default 1)"}},
             ["path"],
         ),
@@ -60,7 +56,7 @@ SPECS = (
     ToolSpec(
         "search_files",
         "Search the text files in the workspace for a regular expression; returns path:line: text for each match.",
-        _obj(
+        object_schema(
             {
                 "pattern": {"type": "string", "description": "regular expression (Python syntax)"},
                 "path": {"type": "string", "description": "file or directory to search (default '.')"},
@@ -73,7 +69,7 @@ SPECS = (
     ToolSpec(
         "write_file",
         "Write a text file in the workspace (creates it, or replaces all of its content).",
-        _obj(
+        object_schema(
             {"path": _PATH, "content": {"type": "string", "description": "the complete new content"}},
             ["path", "content"],
         ),
@@ -83,7 +79,7 @@ SPECS = (
         "edit_file",
         "Replace one exact piece of text in a workspace file. old_text must occur exactly once: "
         "copy it from read_file, including whitespace.",
-        _obj(
+        object_schema(
             {
                 "path": _PATH,
                 "old_text": {"type": "string", "description": "the exact text to replace"},

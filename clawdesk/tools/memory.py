@@ -12,7 +12,7 @@ from pathlib import Path
 from clawdesk.errors import NotFoundError, ToolInputError
 from clawdesk.store import Store
 from clawdesk.store.notes import NOTE_MAX_CHARS, Note, add_note, delete_note, search_notes
-from clawdesk.tools.types import ToolSpec
+from clawdesk.tools.types import ToolSpec, object_schema
 
 RECALL_MAX = 20
 
@@ -21,41 +21,32 @@ SPECS = (
         "remember",
         "Save a short note to your long-term memory (kept across chats): a fact about the user, a preference, "
         "a decision.",
-        {
-            "type": "object",
-            "properties": {
+        object_schema(
+            {
                 "text": {"type": "string", "description": "the note, one self-contained sentence or two"},
                 "tags": {"type": "string", "description": "optional words to find it by"},
             },
-            "required": ["text"],
-            "additionalProperties": False,
-        },
+            ["text"],
+        ),
         default_policy="auto",
     ),
     ToolSpec(
         "recall",
         "Search your long-term memory; returns the best-matching notes with their ids (an empty query lists the "
         "newest).",
-        {
-            "type": "object",
-            "properties": {
+        object_schema(
+            {
                 "query": {"type": "string", "description": "words to look for"},
                 "limit": {"type": "integer", "description": f"at most this many notes (default 5, max {RECALL_MAX})"},
             },
-            "required": ["query"],
-            "additionalProperties": False,
-        },
+            ["query"],
+        ),
         default_policy="auto",
     ),
     ToolSpec(
         "forget_note",
         "Delete one note from your long-term memory by its id (recall shows the ids).",
-        {
-            "type": "object",
-            "properties": {"id": {"type": "integer", "description": "the note's id"}},
-            "required": ["id"],
-            "additionalProperties": False,
-        },
+        object_schema({"id": {"type": "integer", "description": "the note's id"}}, ["id"]),
         default_policy="auto",
     ),
 )

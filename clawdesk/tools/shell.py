@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from clawdesk.tools.types import ToolResult, ToolSpec
+from clawdesk.tools.types import ToolResult, ToolSpec, object_schema
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL for the process group
 POLL_S = 0.05  # how often a running command checks its deadline and the cancel event
@@ -33,15 +33,13 @@ SPEC = ToolSpec(
         "Run a shell command (/bin/sh) in the workspace directory and return its exit code and output "
         "(stdout and stderr together). No input can be typed into it; it is stopped after the timeout."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "command": {"type": "string", "description": "the command line, e.g. 'python3 test.py'"},
             "timeout_s": {"type": "number", "description": "seconds before it is stopped (optional, capped)"},
         },
-        "required": ["command"],
-        "additionalProperties": False,
-    },
+        ["command"],
+    ),
     default_policy="ask",
 )
 

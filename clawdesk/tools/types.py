@@ -13,6 +13,11 @@ POLICIES = ("auto", "ask", "never")
 STATUSES = ("ok", "error", "denied", "timeout")
 
 
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The JSON Schema of a built-in tool's arguments: an object with exactly these properties."""
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """What the model is told about a tool, and where it comes from."""
