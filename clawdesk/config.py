@@ -98,6 +98,8 @@ class JudgeConfig:
 
 
 STEP_REWARDS = ("stepwise", "outcome")
+BASE_DTYPES = ("auto", "float32", "bfloat16")
+TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,28 @@ class TrainConfig:
     # outcome o plus the mean of the step's judge votes (OpenClaw-RL's step-wise reward), "outcome" =
     # o alone (the ablation). A turn's final answer is always rewarded with o.
     step_reward: str = "stepwise"
+    # Where the learner trains: "auto" = the first CUDA GPU when torch sees one, else the CPU.
+    device: str = "auto"
+    # Decoder linears in 4-bit NF4 (QLoRA): "auto" = on CUDA only; true also works on a CPU (slower).
+    load_in_4bit: str | bool = "auto"
+    # Weight dtype of the base on a CPU (and of what 4-bit leaves unquantized): "auto" = fp32 while the
+    # fp32 weights fit in half the available RAM (exact, and the small demo model always does), else bf16.
+    base_dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        _check(
+            isinstance(self.device, str) and TRAIN_DEVICE.fullmatch(self.device) is not None,
+            f'train.device must be "auto", "cpu", "cuda" or "cuda:N" (N = the GPU\'s index), got {self.device!r}',
+        )
+        _check(
+            isinstance(self.load_in_4bit, bool) or self.load_in_4bit == "auto",
+            f'train.load_in_4bit must be true, false or "auto" (4-bit on CUDA and on a CPU short of RAM), '
+            f"got {self.load_in_4bit!r}",
+        )
+        _check(
+            self.base_dtype in BASE_DTYPES,
+            f'train.base_dtype must be "auto", "float32" or "bfloat16", got {self.base_dtype!r}',
+        )
         _check(
             self.step_reward in STEP_REWARDS,
             f'train.step_reward must be "stepwise" or "outcome", got {self.step_reward!r}',
@@ -284,7 +306,7 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(
             f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
         )
-    types = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+    types = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | bool": (str, bool)}
     for f in dataclasses.fields(cls):
         if f.name in raw:
             value, allowed = raw[f.name], types.get(str(f.type), (object,))

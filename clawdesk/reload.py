@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from clawdesk.engine import Engine
 from clawdesk.errors import AdapterError, NotFoundError
-from clawdesk.learn.versions import AdapterVersion, get_version, list_versions
+from clawdesk.learn.versions import AdapterVersion, get_version, latest_ready
 from clawdesk.store import Store
 
 ACTIVE_KEY = "active_adapter"
@@ -49,22 +49,23 @@ def select(store: Store, n: int | None, *, base_sha256: str, base_name: str) -> 
 
 def previous_ready(store: Store, before: int | None, base_sha256: str) -> int | None:
     """The newest servable version older than ``before`` (any, when ``before`` is None)."""
-    candidates = [
-        v.version
-        for v in list_versions(store)
-        if v.status == "ready" and v.base_sha256 == base_sha256 and (before is None or v.version < before)
-    ]
-    return candidates[-1] if candidates else None
+    # One row from the end of the primary key: a log of thousands of versions is not read (and parsed)
+    # whole at every start, nor once per damaged version when sync() walks back past them.
+    row = store.db.execute(
+        "SELECT version FROM adapters WHERE status = 'ready' AND base_sha256 = ? AND version < ? "
+        "ORDER BY version DESC LIMIT 1",
+        [base_sha256, before if before is not None else 1 << 62],
+    ).fetchone()
+    return row[0] if row else None
 
 
 def trained_since_choice(store: Store, base_sha256: str) -> int | None:
     """The newest ready version for this base if it was made after the serving choice was last set."""
-    ready = [v for v in list_versions(store, base_sha256) if v.status == "ready"]
-    if not ready:
+    newest = latest_ready(store, base_sha256)
+    if newest is None:
         return None
     row = store.db.execute("SELECT updated_at FROM settings WHERE key = ?", [ACTIVE_KEY]).fetchone()
     chosen_at = row[0] if row else ""
-    newest = ready[-1]
     return newest.version if newest.created_at > chosen_at and newest.version != active_version(store) else None
 
 

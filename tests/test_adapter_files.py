@@ -218,7 +218,7 @@ def tiny(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny")
     gguf = write_tiny_qwen3_gguf(root / "tiny-qwen3.gguf")
-    model, info = load_base(gguf)
+    model, info = load_base(gguf, device="cpu", load_in_4bit=False)
     learner = Learner(model, info, TrainConfig(lora_r=4, lora_alpha=8), parent_dir=None, gradient_checkpointing=False)
     with __import__("torch").no_grad():
         for p in learner.params:
@@ -235,7 +235,7 @@ def _continue(tiny, parent_dir):
     from clawdesk.learn.base_model import load_base
     from clawdesk.learn.learner import Learner
 
-    model, info = load_base(tiny["gguf"])
+    model, info = load_base(tiny["gguf"], device="cpu", load_in_4bit=False)
     return Learner(model, info, TrainConfig(), parent_dir=parent_dir, gradient_checkpointing=False)
 
 

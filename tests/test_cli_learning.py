@@ -109,7 +109,7 @@ def test_exported_peft_folder_loads_on_the_base(home, capsys, tmp_path, demo_ggu
     assert run(capsys, "export", "--format", "peft", "--out", str(out_dir), "--version", "1")[0] == 0
     from peft import PeftModel
 
-    model, _ = load_base(demo_gguf)
+    model, _ = load_base(demo_gguf, device="cpu", load_in_4bit=False)
     tuned = PeftModel.from_pretrained(model, str(out_dir))
     assert any("lora_B" in name for name, _ in tuned.named_parameters())
 

@@ -198,7 +198,9 @@ def data(tmp_path) -> dict[str, Path]:
     cfg.mkdir()
     # Many micro-batches (token_budget) and epochs: a step long enough that a signal sent at its
     # first micro-batch always lands inside it.
-    (cfg / "config.toml").write_text("[train]\nbatch_size = 4\nepochs = 6\ntoken_budget = 64\nlora_r = 4\n")
+    (cfg / "config.toml").write_text(
+        '[train]\nbatch_size = 4\nepochs = 6\ntoken_budget = 64\nlora_r = 4\ndevice = "cpu"\n'
+    )
     return {"db": tmp_path / "clawdesk.db", "adapters": tmp_path / "adapters", "cfg": cfg}
 
 
@@ -240,7 +242,8 @@ def test_trainer_killed_mid_step_leaves_nothing_and_the_next_run_trains_those_sa
     assert not any(p.name.startswith(("v", ".staging")) for p in data["adapters"].iterdir())
     assert (data["adapters"] / ".train.lock").exists()  # stale lock file: must not block the next run
 
-    made = train(data["db"], data["adapters"], tiny_gguf, "tiny", SHA, TrainConfig(batch_size=4, lora_r=4))
+    cfg = TrainConfig(batch_size=4, lora_r=4, device="cpu", load_in_4bit=False)
+    made = train(data["db"], data["adapters"], tiny_gguf, "tiny", SHA, cfg)
     assert made == [1]
     store = Store.open(data["db"])
     try:
@@ -251,7 +254,7 @@ def test_trainer_killed_mid_step_leaves_nothing_and_the_next_run_trains_those_sa
 
 @pytest.mark.slow
 def test_trainer_killed_before_publish_and_before_record_never_serves_a_partial_version(tiny_gguf, data):
-    cfg = TrainConfig(batch_size=4, lora_r=4)
+    cfg = TrainConfig(batch_size=4, lora_r=4, device="cpu", load_in_4bit=False)
     fill(data["db"], 4, seed=2)
     assert train(data["db"], data["adapters"], tiny_gguf, "tiny", SHA, cfg) == [1]
     engine = Engine.load(ResolvedModel(name="tiny", path=tiny_gguf), sha256=SHA, n_ctx=256, n_threads=1)

@@ -491,7 +491,7 @@ from clawdesk.errors import ClawDeskError
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
 from clawdesk.learn.learner import Learner
-model, info = load_base(Path(sys.argv[1]))
+model, info = load_base(Path(sys.argv[1]), device="cpu", load_in_4bit=False)
 learner = Learner(model, info, TrainConfig(lora_r=2, lora_alpha=4), parent_dir=None)
 adapters = Path(sys.argv[2])
 results = []

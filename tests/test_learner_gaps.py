@@ -64,8 +64,9 @@ def _base_logprobs(model, pairs) -> list[torch.Tensor]:
 def test_reference_and_teacher_are_the_base_not_the_trained_adapter(tiny_gguf):
     """Design (trainer.py, docs): ref and teacher log-probs come from the frozen base (adapter disabled),
     the policy's from the current adapter; so on a trained adapter they differ, and the KL is > 0."""
-    model, info = load_base(tiny_gguf)
-    plain, _ = load_base(tiny_gguf)  # an independent base: what "adapter disabled" must reproduce
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
+    # an independent base: what "adapter disabled" must reproduce
+    plain, _ = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     learner = Learner(model, info, TrainConfig(lr=2e-2, epochs=1, beta_kl=0.5), parent_dir=None)
     samples = _samples(6, seed=3)
     learner.step(samples, *learner.score(samples), stop=lambda: False)  # train the fresh LoRA once
@@ -91,7 +92,7 @@ def test_reference_and_teacher_are_the_base_not_the_trained_adapter(tiny_gguf):
     metrics = learner.step(samples, ref, teacher, stop=lambda: False)
     assert metrics["kl"] > 1e-6
     # Fed the policy's own log-probs as "reference" (the swap bug), the same step would see KL = 0.
-    swapped_model, _ = load_base(tiny_gguf)
+    swapped_model, _ = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     swapped = Learner(swapped_model, info, learner.config, parent_dir=None)
     swapped.restore(learner.snapshot())
     own = swapped.logprobs_each([(s.prompt_ids, s.reply_ids) for s in samples])
@@ -104,7 +105,7 @@ def test_micro_batches_accumulate_the_gradient_of_the_whole_batch(tiny_gguf, mon
     start: list[torch.Tensor] = []
     grads, metrics = [], []
     for budget in (64, 1_000_000):
-        model, info = load_base(tiny_gguf)
+        model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
         learner = Learner(model, info, TrainConfig(epochs=1, token_budget=budget, beta_kl=0.1), parent_dir=None)
         if start:
             learner.restore(start)  # the very same LoRA A and B in both runs

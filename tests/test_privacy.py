@@ -123,7 +123,7 @@ def world(tmp_path_factory, engine, demo_gguf):
             _fill(store, 4)
             made = train(
                 config.db_path, config.adapters_dir, tiny, "tiny", TINY_SHA,
-                TrainConfig(batch_size=4, epochs=1, lora_r=2, lora_alpha=4, token_budget=256), steps=1,
+                TrainConfig(batch_size=4, epochs=1, lora_r=2, lora_alpha=4, token_budget=256, device="cpu"), steps=1,
             )  # fmt: skip
             # export: every adapter format and the data
             exports = {fmt: export_adapter(store, fmt, root / "exports" / fmt, base_gguf=tiny) for fmt in FORMATS}

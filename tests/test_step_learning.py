@@ -413,7 +413,7 @@ def test_a_training_step_on_tool_steps_records_them_and_the_reward_mode(tmp_path
     finally:
         st.close()
     seen = []
-    config = TrainConfig(batch_size=3, epochs=1, step_reward="outcome")
+    config = TrainConfig(batch_size=3, epochs=1, step_reward="outcome", device="cpu", load_in_4bit=False)
     assert train(db, adapters, gguf, "tiny", SHA, config, on_progress=seen.append) == [1]
     assert next(p.metrics for p in seen if p.phase == "step" and p.metrics)["step_reward"] == "outcome"
     st = Store.open(db)

@@ -5,6 +5,7 @@ Everything is real: SQLite log, transformers + peft on CPU, the GGUF LoRA loaded
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -78,6 +79,7 @@ def fill(db: Path, n: int, *, seed: int, sha: str = SHA, rewards=(1, -1), hint_e
 
 def run(home, gguf, config: TrainConfig, **kw) -> tuple[list[int], list[TrainProgress]]:
     seen: list[TrainProgress] = []
+    config = dataclasses.replace(config, device="cpu", load_in_4bit=False)  # the same run on a CUDA box
     made = train(home["db"], home["adapters"], gguf, "tiny", SHA, config, on_progress=seen.append, **kw)
     return made, seen
 
@@ -97,7 +99,7 @@ def test_micro_batches_keep_padded_size_within_budget():
 
 
 def test_left_padded_batch_gives_each_reply_its_unpadded_logprobs(tiny_gguf):
-    model, _ = load_base(tiny_gguf)
+    model, _ = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     g = torch.Generator().manual_seed(0)
     shapes = [(5, 3), (30, 12), (1, 1), (17, 20)]
     pairs = [(torch.randint(0, VOCAB, (p,), generator=g).tolist(), torch.randint(0, VOCAB, (r,), generator=g).tolist())
@@ -128,7 +130,7 @@ def _samples(n: int, reward: float, seed: int, hint: bool = False) -> list[Sampl
 
 @pytest.mark.parametrize("reward", [1.0, -1.0])
 def test_a_step_moves_the_lora_not_the_base_and_follows_the_reward(tiny_gguf, reward):
-    model, info = load_base(tiny_gguf)
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     base_q = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
     base_embed = model.model.embed_tokens.weight.detach().clone()
     learner = Learner(model, info, TrainConfig(lr=1e-3, epochs=1, token_budget=64), parent_dir=None)  # one pass
@@ -152,7 +154,7 @@ def test_a_step_moves_the_lora_not_the_base_and_follows_the_reward(tiny_gguf, re
 
 def test_later_epochs_see_the_ratio_move_and_clip(tiny_gguf):
     """With epochs > 1 the old log-probs stay frozen at the first pass, so later passes have ratio ≠ 1."""
-    model, info = load_base(tiny_gguf)
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     learner = Learner(model, info, TrainConfig(lr=5e-2, epochs=4, eps=0.01, eps_high=0.01), parent_dir=None)
     samples = _samples(4, 1.0, seed=2)
     before = learner.mean_logprob(samples)["mean"]
@@ -164,7 +166,7 @@ def test_later_epochs_see_the_ratio_move_and_clip(tiny_gguf):
 
 
 def test_hinted_sample_moves_towards_the_teacher(tiny_gguf):
-    model, info = load_base(tiny_gguf)
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     learner = Learner(model, info, TrainConfig(lr=1e-3, beta_kl=0.0), parent_dir=None)
     samples = _samples(3, 0.0, seed=2, hint=True)  # no reward: the OPD term is the only signal
     ref, teacher = learner.score(samples)
@@ -180,7 +182,7 @@ def test_hinted_sample_moves_towards_the_teacher(tiny_gguf):
 def test_qlora_nf4_base_trains_on_cpu(tiny_gguf, tmp_path):
     import bitsandbytes as bnb
 
-    model, info = load_base(tiny_gguf, load_in_4bit=True)
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=True)
     assert info.quantized and isinstance(model.model.layers[0].mlp.down_proj, bnb.nn.Linear4bit)
     learner = Learner(model, info, TrainConfig(lr=1e-3), parent_dir=None)
     samples = _samples(2, 1.0, seed=3)
@@ -192,7 +194,7 @@ def test_qlora_nf4_base_trains_on_cpu(tiny_gguf, tmp_path):
 
 
 def test_validation_fails_an_adapter_that_llama_cpp_cannot_load(tiny_gguf, tmp_path):
-    model, info = load_base(tiny_gguf)
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
     learner = Learner(model, info, TrainConfig(), parent_dir=None)
     versions.write_adapter(learner.model, tmp_path, arch=info.arch, n_head=info.n_head, n_head_kv=info.n_head_kv)
     other = write_tiny_qwen3_gguf(tmp_path / "narrower.gguf", hidden=32)  # same arch, other shapes
@@ -251,7 +253,7 @@ def test_train_writes_v1_then_v2_continues_from_it(tiny_gguf, home):
         info = read_gguf_lora_info(v1.gguf_path)
         assert (info["arch"], info["rank"], info["alpha"]) == ("qwen3", 16, 32.0)
 
-        loaded = PeftModel.from_pretrained(load_base(tiny_gguf)[0], str(v1.peft_dir))
+        loaded = PeftModel.from_pretrained(load_base(tiny_gguf, device="cpu", load_in_4bit=False)[0], str(v1.peft_dir))
         a1 = lora_tensors(loaded, "A")
         assert all(float(b.abs().max()) > 0 for b in lora_tensors(loaded, "B").values())
 
@@ -261,7 +263,9 @@ def test_train_writes_v1_then_v2_continues_from_it(tiny_gguf, home):
         v2 = versions.get_version(store, 2)
         assert v2.ready and v2.parent_version == 1
         assert versions.latest_ready(store, SHA).version == 2
-        a2 = lora_tensors(PeftModel.from_pretrained(load_base(tiny_gguf)[0], str(v2.peft_dir)), "A")
+        a2 = lora_tensors(
+            PeftModel.from_pretrained(load_base(tiny_gguf, device="cpu", load_in_4bit=False)[0], str(v2.peft_dir)), "A"
+        )
         # Continued, not re-initialised: a fresh LoRA would draw new random A matrices.
         assert a1.keys() == a2.keys()
         assert (
@@ -291,30 +295,14 @@ def test_a_damaged_newest_version_is_skipped_as_the_parent(tiny_gguf, home):
 
 
 def test_llama_cpp_serves_the_adapter_as_peft_computes_it(tiny_gguf, home):
-    import llama_cpp
-    from peft import PeftModel
+    from clawdesk.testing.lora_check import llama_cpp_vs_peft  # the check bench/gpu_check.py runs too
 
     fill(home["db"], 4, seed=20)
     made, _ = run(home, tiny_gguf, TrainConfig(batch_size=4, lr=0.02, max_logprob_drop=50.0))
-    path = home["adapters"] / f"v{made[0]}"
-    ids = [5, 80, 200, 17, 33, 250, 9, 120]
-    base, _ = load_base(tiny_gguf)
-    with torch.no_grad():
-        plain = base(input_ids=torch.tensor([ids])).logits[0, -1]  # (V,)
-        adapted = PeftModel.from_pretrained(base, str(path))(input_ids=torch.tensor([ids])).logits[0, -1]  # (V,)
-    llm = llama_cpp.Llama(
-        model_path=str(tiny_gguf), n_ctx=64, n_threads=1, logits_all=True, verbose=False,
-        lora_path=str(path / "adapter.gguf"),
-        type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32,
-    )  # fmt: skip
-    try:
-        llm.eval(ids)
-        served = torch.tensor(llm.scores[len(ids) - 1])  # (V,)
-    finally:
-        llm.close()
-    effect = float((adapted - plain).abs().max())
-    assert effect > 0.05  # the adapter really changes the output...
-    assert float((served - adapted).abs().max()) < effect / 50  # ...and llama.cpp applies it as PEFT does
+    check = llama_cpp_vs_peft(tiny_gguf, home["adapters"] / f"v{made[0]}")
+    assert check["effect"] > 0.05  # the adapter really changes the output...
+    assert check["gap"] < check["effect"] / 50  # ...and llama.cpp applies it as PEFT does
+    assert check["passed"]
 
 
 def test_collapsing_adapter_is_rejected_and_never_continued_from(tiny_gguf, home):
@@ -370,7 +358,7 @@ def test_subprocess_prints_json_progress_lines(tiny_gguf, home, tmp_path):
     fill(home["db"], 3, seed=50)
     config_home = tmp_path / "cfg"
     config_home.mkdir()
-    (config_home / "config.toml").write_text("[train]\nlora_r = 4\nlora_alpha = 8\nbatch_size = 16\n")
+    (config_home / "config.toml").write_text('[train]\nlora_r = 4\nlora_alpha = 8\nbatch_size = 16\ndevice = "cpu"\n')
     cmd = _trainer_cmd(home, tiny_gguf, "--batch-size", "1", "--steps", "2", "--config-home", str(config_home))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -432,8 +420,8 @@ def test_smollm2_real_replies_train_and_hot_swap(demo_gguf, engine, home):
         store.close()
 
     seen: list[TrainProgress] = []
-    made = train(home["db"], home["adapters"], demo_gguf, "smollm2", SHA, TrainConfig(batch_size=2),
-                 on_progress=seen.append)  # fmt: skip
+    made = train(home["db"], home["adapters"], demo_gguf, "smollm2", SHA,
+                 TrainConfig(batch_size=2, device="cpu", load_in_4bit=False), on_progress=seen.append)  # fmt: skip
     assert made == [1]
     store = Store.open(home["db"])
     try:
@@ -445,7 +433,7 @@ def test_smollm2_real_replies_train_and_hot_swap(demo_gguf, engine, home):
     step = next(p.metrics for p in seen if p.phase == "step" and p.metrics)
     print(f"\nSmolLM2: {seen[1].message}; step {step['seconds']:.2f} s, {step['tokens_per_s']:.0f} tok/s; "
           f"validation {v1.validation['heldout']}")  # fmt: skip
-    base, _ = load_base(demo_gguf)
+    base, _ = load_base(demo_gguf, device="cpu", load_in_4bit=False)
     loaded = PeftModel.from_pretrained(base, str(v1.peft_dir))
     assert all(float(b.abs().max()) > 0 for b in lora_tensors(loaded, "B").values())
     engine.load_adapter(v1.gguf_path, 1)  # the chat's hot swap accepts it

@@ -5,7 +5,8 @@ the judge and adapter swaps never touch the context at the same time. Generation
 loop over llama-cpp-python's token generator; cancellation (``cancel`` event or ``stop_when``
 callback) is polled between prompt chunks and between tokens, never inside a native call.
 How many CPU threads the context uses is decided by :class:`ThreadBudget` and applied between
-those same native calls.
+those same native calls. Side work on the context (the judge: calls with ``use_adapter=False``)
+does not cost the chat its cached prompt: :mod:`clawdesk.engine.kv_keep` saves and restores it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clawdesk.engine.kv_keep import ChatKVKeeper
 from clawdesk.engine.prompt import ChatTemplate, Exchange, Prompt, build_messages, in_thinking, split_thinking
 from clawdesk.errors import AdapterError, InputError, ModelError
 from clawdesk.models import ResolvedModel, check_gguf
@@ -73,6 +75,7 @@ class Reply:
     finished_at: float
     adapter_version: int | None = None
     extra: dict = field(default_factory=dict)
+    prompt_evaluated: int = 0  # prompt tokens llama.cpp evaluated for this call (the rest came from the cache)
 
 
 def all_threads() -> int:
@@ -165,6 +168,8 @@ class Engine:
         self._adapter_path: Path | None = None
         self.adapter_version: int | None = None
         self._adapter_applied = False  # whether the context currently has the adapter set
+        self._kv = ChatKVKeeper()  # the chat's KV prefix, kept while the judge uses the context
+        self._evaluated = 0  # prompt tokens the last call evaluated
 
     # -- loading --------------------------------------------------------------------------
 
@@ -209,6 +214,7 @@ class Engine:
 
     def close(self) -> None:
         with self.lock:
+            self._kv.drop()
             self._free_adapter()
             self.llm.close()
 
@@ -328,6 +334,7 @@ class Engine:
         seed: int | None = None,
         prompt_chunk: int = PROMPT_CHUNK,
         grammar: str | None = None,
+        side: bool | None = None,
     ) -> Reply:
         """Serve one reply to ``prompt_ids`` (already rendered and tokenized).
 
@@ -337,6 +344,9 @@ class Engine:
         the sampling stream (the judge's votes); by default each call gets the next seed of a
         per-engine sequence, so repeated prompts can differ yet a fresh engine is reproducible.
         ``grammar`` (GBNF) constrains the output, e.g. so a judge vote always ends in a score.
+        ``side`` (default: ``not use_adapter``, i.e. the judge) marks work that must not cost the
+        chat its cached prompt: the chat's KV prefix is saved before it and restored for the next
+        chat call (:mod:`clawdesk.engine.kv_keep`).
         """
 
         def stopped() -> bool:
@@ -344,10 +354,10 @@ class Engine:
 
         with self.lock:
             started = time.monotonic()
-            self._apply_adapter(use_adapter)
+            ids = list(prompt_ids) + list(resume_ids)
+            self._prepare_cache(ids, use_adapter, side)
             self._calls += 1
             self.llm.set_seed(seed if seed is not None else self._base_seed + self._calls)
-            ids = list(prompt_ids) + list(resume_ids)
             reply_ids = list(resume_ids)
             room = self.n_ctx - len(ids)
             limit = min(params.max_tokens, room)
@@ -408,6 +418,7 @@ class Engine:
                 started_at=started,
                 finished_at=finished,
                 adapter_version=self.adapter_version if use_adapter else None,
+                prompt_evaluated=self._evaluated,
             )
 
     def continuation_logprobs(
@@ -418,13 +429,15 @@ class Engine:
         use_adapter: bool = False,
         stop_when: Callable[[], bool] | None = None,
         prompt_chunk: int = PROMPT_CHUNK,
+        side: bool | None = None,
     ) -> list[float] | None:
         """log p(continuation | prompt) for each continuation (summed over its tokens); None if stopped.
 
         The prompt is evaluated once (its cached prefix reused); each continuation is then decoded
         as one batch that asks llama.cpp for the logits of every position (without ``logits_all``
         llama.cpp keeps only the last position's logits and llama-cpp-python keeps no copy, so they
-        are read with ``llama_get_logits_ith``). The cache is left at the prompt's end.
+        are read with ``llama_get_logits_ith``). The cache is left at the prompt's end. ``side`` as
+        in :meth:`generate` (default ``not use_adapter``: the judge's calls keep the chat's cache).
         """
         import llama_cpp
         import numpy as np
@@ -432,8 +445,8 @@ class Engine:
         if not prompt_ids or any(not c for c in continuations):
             raise InputError("continuation_logprobs needs a prompt and non-empty continuations")
         with self.lock:
-            self._apply_adapter(use_adapter)
             ids = list(prompt_ids)
+            self._prepare_cache(ids, use_adapter, side)
             if len(ids) + max(len(c) for c in continuations) > self.n_ctx:
                 raise InputError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.n_ctx})")
             if not self._eval_prompt(ids, stop_when or (lambda: False), prompt_chunk):
@@ -470,7 +483,32 @@ class Engine:
         eval resets before each scored reply so that scores are reproducible.
         """
         with self.lock:
+            self._kv.drop()
             self.llm.reset()
+
+    @property
+    def kept_chat_tokens(self) -> int:
+        """Tokens of the chat prefix saved across side work now (0: none saved)."""
+        return self._kv.saved_tokens
+
+    @property
+    def chat_cache_restores(self) -> int:
+        """Chat calls so far that started from a saved chat prefix instead of re-evaluating it."""
+        return self._kv.restores
+
+    def _prepare_cache(self, ids: list[int], use_adapter: bool, side: bool | None) -> None:
+        """Set the adapter for a call on ``ids``; save the chat's KV before side work, restore it after."""
+        side = not use_adapter if side is None else side
+        if side:
+            self._kv.before_side(self.llm, ids, self._adapter_key())
+        self._apply_adapter(use_adapter)  # switching the adapter on or off drops the cache
+        if not side:
+            self._kv.restore_for_chat(self.llm, ids, self._adapter_key())
+        self._kv.chat_owned = not side
+
+    def _adapter_key(self) -> tuple:
+        """What the KV computed now depends on besides the tokens: which adapter is set, if any."""
+        return (True, self.adapter_version, self._adapter_path) if self._adapter_applied else (False,)
 
     def _grammar(self, source: str):
         from llama_cpp import LlamaGrammar
@@ -491,11 +529,13 @@ class Engine:
         # Always leave at least one token to evaluate so the logits belong to this prompt.
         common = min(common, len(ids) - 1)
         llm.n_tokens = common  # eval() drops the KV cache beyond n_tokens
+        self._evaluated = 0
         for start in range(common, len(ids), chunk):
             if stopped():
                 return False
             self._apply_threads()
             llm.eval(ids[start : start + chunk])
+            self._evaluated += len(ids[start : start + chunk])
         return True
 
     # -- adapters -------------------------------------------------------------------------
@@ -528,6 +568,7 @@ class Engine:
                 self.llm.reset()
                 raise AdapterError(f"llama.cpp refused to apply the LoRA adapter {path}")
             previous = self._adapter
+            self._kv.drop()  # computed under the previous adapter
             self._adapter, self._adapter_path, self.adapter_version = adapter, path, version
             self._adapter_applied = True
             self.llm.reset()  # KV entries computed under the other weights must not be reused
@@ -559,6 +600,7 @@ class Engine:
     def _free_adapter(self) -> None:
         import llama_cpp
 
+        self._kv.drop()
         if self._adapter is None:
             return
         if self._adapter_applied:

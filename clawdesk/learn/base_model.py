@@ -1,14 +1,16 @@
 """Loading the base weights the learner trains a LoRA on: the served GGUF, or a configured HF checkpoint.
 
 The adapter must fit the model llama.cpp serves, so the default base is that very GGUF, read by
-transformers and dequantized. On CUDA the base is held in 4-bit NF4 (QLoRA) with bf16 compute; on
-CPU it stays fp32 (bitsandbytes' CPU kernels also run NF4, so ``load_in_4bit=True`` can be asked for
-there, e.g. to test the QLoRA path without a GPU).
+transformers and dequantized. On CUDA the base is held in 4-bit NF4 (QLoRA) with bf16 compute (fp16
+on GPUs without native bf16); ``train.device`` and ``train.load_in_4bit`` override both choices. On
+CPU the weights are fp32 while they fit comfortably in the RAM available, else bf16, and NF4 (bitsandbytes'
+CPU kernels) when even bf16 would not fit: that is how a 4B model trains within 8 GB of RAM.
 
 transformers refuses a ``quantization_config`` together with ``gguf_file`` (GGUF loading is itself a
-"quantizer" there), so a GGUF base is loaded dequantized in the compute dtype on the CPU and its
-decoder linears are then swapped for NF4 ``bnb.nn.Linear4bit`` modules one by one, each quantized
-as it moves to the device: the device never holds the full-precision model. A checkpoint dir uses
+"quantizer" there), so a GGUF base is streamed tensor by tensor on the CPU (:mod:`gguf_weights`)
+and, with 4-bit on, each decoder layer's linears are swapped for NF4 ``bnb.nn.Linear4bit`` modules
+as soon as the layer is complete, quantized as they move to the device: neither RAM nor the device
+ever holds the full-precision model. A checkpoint dir uses
 ``BitsAndBytesConfig`` directly.
 """
 
@@ -60,35 +62,78 @@ def gguf_architecture(gguf_path: Path) -> str:
     return str(field.contents())
 
 
-def default_device() -> str:
+def resolve_device(device: str | None = "auto") -> str:
+    """``train.device`` → a torch device string: "auto" (or None) = "cuda" when torch sees a GPU, else "cpu".
+
+    An explicit CUDA device that torch cannot use is an error, not a silent fall-back to a CPU run
+    that would take hours on a real model.
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise TrainError(
+                f'train.device = "{device}" but torch {torch.__version__} sees no CUDA GPU (a CPU build, or no '
+                'driver). Install the CUDA build of torch, or set train.device = "cpu" (or "auto") in config.toml.'
+            )
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise TrainError(
+                f'train.device = "{device}" but torch sees {torch.cuda.device_count()} GPU(s), numbered from 0; '
+                "fix train.device in config.toml."
+            )
+    return device
+
+
+def compute_dtype(device: str):
+    """fp32 on the CPU; on CUDA bf16 where the GPU has native bf16 (Ampere and newer), else fp16."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def load_base(
     gguf_path: Path,
     *,
     hf_checkpoint: str = "",
-    device: str | None = None,
-    load_in_4bit: bool | None = None,
+    device: str | None = "auto",
+    load_in_4bit: bool | str | None = "auto",
+    base_dtype: str = "auto",
     on_status: Callable[[str], None] | None = None,
 ) -> tuple[Any, BaseInfo]:
     """Load the frozen base model for LoRA training; returns ``(model, info)``.
 
     ``gguf_path`` is the served GGUF: its weights are the base unless ``hf_checkpoint`` names an HF
-    checkpoint dir to train on instead (its architecture must match the GGUF's). ``device`` defaults
-    to CUDA when available, else CPU; ``load_in_4bit`` defaults to True on CUDA only. Status lines
+    checkpoint dir to train on instead (its architecture must match the GGUF's). ``device`` and
+    ``load_in_4bit`` take ``train.device`` / ``train.load_in_4bit``: "auto" (or None) = CUDA when
+    available, else CPU; 4-bit on CUDA, and on a CPU whose RAM cannot hold the bf16 weights. Compute
+    dtype: :func:`compute_dtype`. Status lines
     ("reading ...", "loaded in ...") go to ``on_status`` and the module logger, because loading a
-    multi-GB GGUF takes a while. All parameters come back frozen, ``use_cache`` off.
+    multi-GB GGUF takes a while. All parameters come back frozen, ``use_cache`` off. ``base_dtype`` is
+    ``train.base_dtype``: "float32" / "bfloat16" set the weight dtype; "auto" keeps :func:`compute_dtype`
+    on CUDA and, on a CPU, fp32 only while the fp32 weights fit comfortably in the RAM available now.
     """
-    import torch
-
     gguf_path = Path(gguf_path)
-    device = device or default_device()
-    if load_in_4bit is None:
+    device = resolve_device(device)
+    auto_4bit = load_in_4bit in (None, "auto")
+    if auto_4bit:
         load_in_4bit = device.startswith("cuda")
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    dtype = compute_dtype(device)
+    if base_dtype != "auto" or not device.startswith("cuda"):
+        from clawdesk.learn.gguf_weights import FP32_RAM_SHARE, choose_dtype, gguf_param_count
+
+        needs_count = (base_dtype == "auto" or auto_4bit) and gguf_path.is_file() and not hf_checkpoint
+        n_weights = gguf_param_count(gguf_path) if needs_count else 0
+        available = _available_ram()
+        dtype = choose_dtype(base_dtype, n_params=n_weights, available_bytes=available)
+        # A CPU whose RAM cannot hold even the bf16 weights comfortably trains on NF4 (measured in
+        # docs/benchmarks.md: a 4B model peaks at ~10.8 GB in bf16 and ~5.5 GB in NF4).
+        if auto_4bit and not device.startswith("cuda") and 2 * n_weights > FP32_RAM_SHARE * available:
+            load_in_4bit = True
 
     def status(msg: str) -> None:
         log.info(msg)
@@ -103,7 +148,7 @@ def load_base(
         model = _load_checkpoint(Path(hf_checkpoint).expanduser(), device, dtype, load_in_4bit, status)
         source = str(hf_checkpoint)
     else:
-        model = _load_gguf(gguf_path, device, dtype, load_in_4bit, status)
+        model = _load_gguf(gguf_path, device, dtype, load_in_4bit, status, arch=arch)
         source = str(gguf_path)
     if hf_checkpoint and model.config.model_type != arch:
         raise TrainError(
@@ -134,10 +179,28 @@ def load_base(
     return model, info
 
 
-def _load_gguf(path: Path, device: str, dtype, load_in_4bit: bool, status: Callable[[str], None]):
+def _available_ram() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _load_gguf(path: Path, device: str, dtype, load_in_4bit: bool, status: Callable[[str], None], *, arch: str):
     from transformers import AutoModelForCausalLM
 
+    from clawdesk.learn import gguf_weights
+
     size_gb = path.stat().st_size / 1e9
+    if gguf_weights.streamable(arch):
+        # Tensor by tensor (no full-precision copy of the file); with 4-bit each decoder layer is
+        # quantized as soon as its last weight lands, so the full-precision model never exists.
+        status(f"reading {path.name} ({size_gb:.2f} GB) tensor by tensor; this can take minutes")
+        on_layer = (lambda layer: _to_nf4(layer, device, dtype)) if load_in_4bit else None
+        model = gguf_weights.load_streamed(path, arch, dtype, on_layer=on_layer, status=status)
+        if load_in_4bit:
+            model.is_loaded_in_4bit = True  # what peft and transformers check for a k-bit base
+        model.to(device)
+        return model
     status(f"reading {path.name} ({size_gb:.2f} GB) with transformers and dequantizing it; this can take minutes")
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
@@ -154,7 +217,6 @@ def _load_gguf(path: Path, device: str, dtype, load_in_4bit: bool, status: Calla
 
 
 def _load_checkpoint(path: Path, device: str, dtype, load_in_4bit: bool, status: Callable[[str], None]):
-    import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     if not path.is_dir():
@@ -163,7 +225,7 @@ def _load_checkpoint(path: Path, device: str, dtype, load_in_4bit: bool, status:
     kwargs: dict[str, Any] = {"dtype": dtype}
     if load_in_4bit:
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
         )
         kwargs["device_map"] = {"": device}
     try:
@@ -184,15 +246,22 @@ def _to_nf4(model, device: str, dtype) -> None:
     bnb_4bit_compute_dtype=dtype)`` (no double quantization). peft recognizes these modules and puts
     its QLoRA layers on them.
     """
-    import bitsandbytes as bnb
     import torch
 
+    bnb = _bitsandbytes()
     targets = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
         if type(child) is torch.nn.Linear and name not in _KEEP_FULL
     ]
+    if not targets:
+        # Training on would silently be full-precision LoRA, with the memory a 4-bit base was chosen to avoid.
+        kinds = sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__}) or ["none"]
+        raise TrainError(
+            f"4-bit loading found no torch.nn.Linear to quantize in this {type(model).__name__} (linear layers: "
+            f"{', '.join(kinds)}). Set train.load_in_4bit = false in config.toml to train it unquantized."
+        )
     for parent, name, child in targets:
         q = bnb.nn.Linear4bit(
             child.in_features,
@@ -212,6 +281,17 @@ def _to_nf4(model, device: str, dtype) -> None:
         setattr(parent, name, q)
     model.is_loaded_in_4bit = True  # what peft and transformers check for a k-bit base
     _keep_trainable_on_cpu(model)
+
+
+def _bitsandbytes():
+    try:
+        import bitsandbytes
+    except ImportError as exc:  # a dependency, but a hand-made CUDA environment may lack it
+        raise TrainError(
+            f"4-bit training needs bitsandbytes ({exc}). Install it (pip install 'bitsandbytes>=0.50,<0.51') or "
+            "set train.load_in_4bit = false in config.toml."
+        ) from exc
+    return bitsandbytes
 
 
 def _keep_trainable_on_cpu(model) -> None:

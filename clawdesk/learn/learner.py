@@ -25,8 +25,22 @@ from clawdesk.learn.samples import Sample
 MAX_GRAD_NORM = 1.0
 
 
+CHECKPOINT_MIN_PARAMS = 1_000_000_000  # bases this big train with gradient checkpointing
+
+
 class Stopped(Exception):
     """The stop event was set; the step in progress is abandoned, nothing is written."""
+
+
+class _Snapshot(list):
+    """LoRA weights saved by :meth:`Learner.snapshot`, tagged with the identity of those weights.
+
+    The tag lets :meth:`Learner.restore` bring back the held-out log-probs already computed for them.
+    """
+
+    def __init__(self, tensors: list[Any], weights: object):
+        super().__init__(tensors)
+        self.weights = weights
 
 
 # -- log-probs of replies ------------------------------------------------------------------------
@@ -51,13 +65,16 @@ def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], 
     """Log-probs of each reply's tokens given its prompt, as one padded batch: ``(logp, mask)``, both ``(B, T)``.
 
     ``logp[b, t] = log softmax(logits at position of token t − 1)[token t]`` over reply tokens,
-    T = the longest reply. Rows are left-padded so every reply ends at the last position: then only
-    the last T + 1 positions need logits (``logits_to_keep``), which keeps the ``(B, T, vocab)``
-    tensor small for large vocabularies. Position ids count from each row's first real token, so
-    padding shifts no rotary position and a row's log-probs equal those of the row alone.
-    Reply ``b`` occupies ``[T − len(reply_b), T)``; ``mask`` marks those positions.
+    T = the longest reply. Rows are left-padded so every reply ends at the last position. Position ids
+    count from each row's first real token, so padding shifts no rotary position and a row's log-probs
+    equal those of the row alone. Reply ``b`` occupies ``[T − len(reply_b), T)``; ``mask`` marks those
+    positions (``logp`` is 0 elsewhere). Only the reply positions' final hidden states go through the
+    output layer, in fp32 (:mod:`clawdesk.learn.head`): a bf16 base's own logits would add up to
+    ~0.1 nat of rounding noise to every log-prob.
     """
     import torch
+
+    from clawdesk.learn.head import head_logprobs
 
     if any(not p or not r for p, r in pairs):
         raise TrainError("reply_logprobs needs at least one prompt token and one reply token per sample.")
@@ -73,12 +90,17 @@ def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], 
         attn[b, L - n :] = 1
         mask[b, T - len(r) :] = True
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-    ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1, use_cache=False)
-    logits = out.logits[:, :-1].float()  # (B, T, V): positions L−T−1 .. L−2 predict tokens L−T .. L−1
-    targets = ids[:, L - T :]  # (B, T)
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # (B, T)
-    return logp, mask.to(device)
+    ids, attn, pos, mask = ids.to(device), attn.to(device), pos.to(device), mask.to(device)
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # PeftModel → its LoRA-injected model
+    if getattr(lm.config, "final_logit_softcapping", None):
+        raise TrainError(f"{lm.config.model_type} soft-caps its logits; the learner's log-prob head does not.")
+    # The decoder stack alone (the LoRA layers and disable_adapter() act inside it), then the head ourselves.
+    hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+    kept = hidden[:, L - T - 1 : -1][mask]  # (N, H): positions L−T−1 .. L−2 predict tokens L−T .. L−1; replies only
+    targets = ids[:, L - T :][mask]  # (N,)
+    values = head_logprobs(kept, lm.get_output_embeddings(), targets)  # (N,) fp32
+    logp = torch.zeros((B, T), dtype=torch.float32, device=device).masked_scatter(mask, values)  # (B, T)
+    return logp, mask
 
 
 def _aligned(rows: Sequence[Any], T: int, fill):
@@ -96,7 +118,9 @@ def _aligned(rows: Sequence[Any], T: int, fill):
 class Learner:
     """The PEFT model and optimizer of one training run."""
 
-    def __init__(self, model, info, config: TrainConfig, *, parent_dir: Path | None, gradient_checkpointing=True):
+    def __init__(
+        self, model, info, config: TrainConfig, *, parent_dir: Path | None, gradient_checkpointing: bool | None = None
+    ):
         import torch
         from peft import LoraConfig, get_peft_model
 
@@ -125,6 +149,12 @@ class Learner:
                 task_type="CAUSAL_LM",
             )
             self.model = get_peft_model(model, lora)
+        if gradient_checkpointing is None:
+            # Recomputing activations only pays where they would not fit: on the 135M demo model it made a
+            # step 3.96x slower to save 1.6 GB (bench/sec_train.py, docs/benchmarks.md); a 4B model's
+            # activations at train.token_budget run to many GB, so big bases keep it.
+            gradient_checkpointing = info.n_params >= CHECKPOINT_MIN_PARAMS
+        self.gradient_checkpointing = gradient_checkpointing
         if gradient_checkpointing:
             self.model.enable_input_require_grads()
             base = self.model.get_base_model()
@@ -136,13 +166,19 @@ class Learner:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._torch = torch
         self.optimizer = self._new_optimizer()
+        # Held-out log-probs per (prompt, reply) under the LoRA weights ``_weights`` identifies: a step's
+        # "after" is the next step's "before" (and, when a version is rejected and restored, the
+        # "before" is still valid), so validation never scores the same replies twice under the same
+        # weights. The weights change only in step() and restore(), which replace the identity.
+        self._weights: object = object()
+        self._memo: dict[object, dict[tuple[tuple[int, ...], tuple[int, ...]], Any]] = {}
 
     def _new_optimizer(self):
         # No weight decay: it would pull the LoRA towards zero between feedback batches, i.e. slowly forget.
         return self._torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=0.0)
 
     def snapshot(self) -> list[Any]:
-        return [p.detach().clone() for p in self.params]
+        return _Snapshot([p.detach().clone() for p in self.params], self._weights)
 
     def restore(self, snapshot: list[Any]) -> None:
         """Put back the LoRA weights of ``snapshot``; the optimizer restarts (its moments saw the bad step)."""
@@ -150,6 +186,8 @@ class Learner:
             for p, saved in zip(self.params, snapshot, strict=True):
                 p.copy_(saved)
         self.optimizer = self._new_optimizer()
+        # Exactly the snapshot's weights again: its memoized log-probs hold (another learner's tag has none here).
+        self._weights = getattr(snapshot, "weights", None) or object()
 
     def logprobs_each(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool = True):
         """No-grad reply log-probs, one CPU tensor ``(len(reply),)`` per pair, batched by the token budget."""
@@ -177,8 +215,18 @@ class Learner:
         return ref, teacher
 
     def mean_logprob(self, samples: Sequence[Sample]) -> dict[str, Any]:
-        """Token-weighted mean reply log-prob under the current adapter, and whether every value is finite."""
-        each = self.logprobs_each([(s.prompt_ids, s.reply_ids) for s in samples])
+        """Token-weighted mean reply log-prob under the current adapter, and whether every value is finite.
+
+        Replies already scored under the current weights are not scored again (see ``_memo``).
+        """
+        memo = self._memo.setdefault(self._weights, {})
+        for stale in [w for w in self._memo if w is not self._weights][:-1]:  # keep the current and one before
+            del self._memo[stale]
+        keys = [(tuple(s.prompt_ids), tuple(s.reply_ids)) for s in samples]
+        missing = list(dict.fromkeys(k for k in keys if k not in memo))
+        if missing:
+            memo.update(zip(missing, self.logprobs_each(missing), strict=True))
+        each = [memo[k] for k in keys]
         n = sum(int(x.numel()) for x in each)
         total = sum(float(x.double().sum()) for x in each)
         finite = all(bool(self._torch.isfinite(x).all()) for x in each)
@@ -193,6 +241,7 @@ class Learner:
         before this update is exactly the one computing them) and kept for the later passes.
         """
         torch, cfg = self._torch, self.config
+        self._weights = object()  # the LoRA is about to change: memoized log-probs no longer apply
         self.model.train()  # transformers only checkpoints activations in training mode
         groups = micro_batches([s.n_tokens for s in samples], cfg.token_budget)
         old: list[Any] = [None] * len(groups)  # per micro-batch (b, T), frozen at the first pass

@@ -34,23 +34,33 @@ from clawdesk.store.log import Store
 from clawdesk.store.tokens import unpack_ids
 
 # Turns the learner may ever look at: same base, learning ON, not incognito, not vetoed, has tokens.
-_ELIGIBLE = """
+_ELIGIBLE_WHERE = """t.model_sha256 = :sha AND t.learning = 1 AND s.incognito = 0 AND coalesce(f.vetoed, 0) = 0
+      AND t.n_reply_tokens > 0 AND t.n_prompt_tokens > 0"""
+_ELIGIBLE = f"""
     FROM turns t
     JOIN sessions s ON s.id = t.session_id
-    JOIN turn_tokens tt ON tt.turn_id = t.id
     LEFT JOIN judgments j ON j.turn_id = t.id
     LEFT JOIN feedback f ON f.turn_id = t.id
     LEFT JOIN adapter_samples a ON a.turn_id = t.id
-    WHERE t.model_sha256 = :sha AND t.learning = 1 AND s.incognito = 0 AND coalesce(f.vetoed, 0) = 0
-      AND t.n_reply_tokens > 0 AND t.n_prompt_tokens > 0
+    JOIN turn_tokens tt ON tt.turn_id = t.id
+    WHERE {_ELIGIBLE_WHERE}
 """
 # The effective reward: the explicit thumbs beats the judge's majority vote.
 _REWARD = "coalesce(f.rating, j.reward, 0)"
 _HAS_TEACHER = "(j.hint IS NOT NULL AND j.enhanced_prompt_ids IS NOT NULL AND length(j.enhanced_prompt_ids) > 0)"
+# Counted after every reply and judgment, so it starts from the partial index ``judgments_untrained``
+# (m006: judgments that may still give a sample, ``sample_done = 0``; not every judgment ever made) and
+# checks the signal right after the thumbs (CROSS JOIN keeps that order), before reading a turn row or
+# a token blob. Every rule is still checked here: the flag narrows where to look, it never decides.
 _READY = f"""
-    {_ELIGIBLE}
-      AND j.status = 'judged' AND a.turn_id IS NULL
-      AND ({_REWARD} != 0 OR {_HAS_TEACHER})
+    FROM judgments j INDEXED BY judgments_untrained
+    LEFT JOIN feedback f ON f.turn_id = j.turn_id
+    CROSS JOIN turns t ON t.id = j.turn_id
+    JOIN sessions s ON s.id = t.session_id
+    LEFT JOIN adapter_samples a ON a.turn_id = t.id
+    JOIN turn_tokens tt ON tt.turn_id = t.id
+    WHERE j.status = 'judged' AND j.sample_done = 0 AND ({_REWARD} != 0 OR {_HAS_TEACHER})
+      AND {_ELIGIBLE_WHERE} AND a.turn_id IS NULL
 """
 # Tool steps: the turn's rules, plus judged from their tool results and the turn's outcome known.
 _STEP_VOTE_MEAN = "coalesce((SELECT sum(v.value) * 1.0 / count(*) FROM json_each(sj.votes) v), 0)"
@@ -64,7 +74,7 @@ _FINAL_IDX = 1 << 30  # orders a turn's own sample after its steps
 def _step_ready(step_reward: str) -> str:
     return f"""
     FROM steps st
-    JOIN turns t ON t.id = st.turn_id
+    CROSS JOIN turns t ON t.id = st.turn_id  -- CROSS: start from the steps, not a scan of every turn
     JOIN sessions s ON s.id = t.session_id
     JOIN step_judgments sj ON sj.step_id = st.id
     LEFT JOIN judgments j ON j.turn_id = t.id

@@ -7,7 +7,8 @@ LoRA), and then, for every full batch of ``train.batch_size`` ready samples:
 1. *scoring* — with the adapter disabled (``PeftModel.disable_adapter()``, the very same weights the
    served GGUF holds), the reference log-probs of each reply given its prompt and the teacher
    log-probs given the hint-enhanced prompt; plus the held-out replies' mean log-prob under the
-   current adapter, the "before" of the collapse check;
+   current adapter, the "before" of the collapse check (the same replies for every step of a run,
+   so it is the previous step's "after", not scored again);
 2. *step* — :meth:`clawdesk.learn.learner.Learner.step`: ``train.epochs`` AdamW passes over the
    batch in micro-batches of at most ``train.token_budget`` padded tokens, the "old" log-probs frozen
    at the first pass;
@@ -73,7 +74,9 @@ def train(
     Setting ``stop`` abandons the step in progress (nothing of it is written) and returns.
     ``learner`` is an already loaded :class:`Learner` (the eval keeps one for a whole run, so no
     step reloads the base); it must hold the weights of the newest ready version, as it does when
-    it made them. Without it the base is loaded and the newest ready version continued.
+    it made them. Without it the base is loaded and the newest ready version continued. Running out
+    of memory anywhere in the run (GPU or RAM: loading, scoring, steps, writing, validation) raises one
+    :class:`TrainError` that names the phase and what frees memory.
     """
     if steps is not None and steps < 1:
         raise TrainError(f"steps must be at least 1, got {steps}.")
@@ -92,9 +95,41 @@ def train(
                 store, Path(adapters_dir), Path(base_gguf), base_name, base_sha256, config, n_steps, emit,
                 stop.is_set if stop is not None else (lambda: False),
             )  # fmt: skip
-            return run.execute(learner)
+            try:
+                return run.execute(learner)
+            except _out_of_memory_types() as exc:  # one handler for load, scoring, steps, writing and validation
+                raise out_of_memory_error(exc, run.phase, run.device, config) from exc
     finally:
         store.close()
+
+
+def _out_of_memory_types() -> tuple[type[BaseException], ...]:
+    import torch
+
+    return torch.OutOfMemoryError, MemoryError
+
+
+_PHASE_WORDS = {"loading": "loading the base model", "scoring": "scoring the batch", "step": "a training step"}
+
+
+def out_of_memory_error(exc: BaseException, phase: str, device: str, config: TrainConfig) -> TrainError:
+    """The :class:`TrainError` for an out-of-memory anywhere in a run: where it happened and what frees memory."""
+    if device == "auto":  # the base was not loaded yet: name where it was going
+        from clawdesk.learn.base_model import resolve_device
+
+        device = resolve_device(device)
+    where = _PHASE_WORDS.get(phase, f"{phase} the adapter" if phase in ("writing", "validating") else phase)
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    fixes = [
+        f"lower train.token_budget (now {config.token_budget}; each micro-batch holds that many tokens) or "
+        f"train.batch_size (now {config.batch_size}) in config.toml"
+    ]
+    if device.startswith("cuda"):
+        fixes.append("close other programs using the GPU (nvidia-smi lists them; the chat's llama.cpp holds its share)")
+        fixes.append('or set train.device = "cpu"')
+    else:
+        fixes.append("close other programs to free RAM, or set train.load_in_4bit = true (a 4-bit base)")
+    return TrainError(f"Out of memory on {device} while {where} ({detail}). To fit: " + "; ".join(fixes) + ".")
 
 
 @dataclass
@@ -110,8 +145,15 @@ class _Run:
     n_steps: int
     emit: Callable[[TrainProgress], None]
     stopped: Callable[[], bool]
+    phase: str = "loading"  # the last phase reported: an out-of-memory error names it
+    device: str = ""  # where the learner runs, once known (the OOM advice differs for GPU and CPU)
+    planned: set[int] = field(default_factory=set)  # turns of the batches this run intends to train on
+
+    def __post_init__(self) -> None:
+        self.device = self.config.device
 
     def progress(self, phase: str, step: int, message: str, metrics: dict[str, float] | None = None) -> None:
+        self.phase = phase
         self.emit(TrainProgress(phase, step, self.n_steps, message, metrics or {}))
 
     def execute(self, learner: Learner | None) -> list[int]:
@@ -122,6 +164,13 @@ class _Run:
         parent = self.intact_parent()
         if learner is None:
             learner = load_learner(self.base_gguf, cfg, parent, on_status=lambda msg: self.progress("loading", 0, msg))
+        self.device = learner.info.device
+        # Every turn this run means to train on is kept out of the held-out set of every step, so the set
+        # stays the same through the run: one step's "after" is then the next one's "before", which the
+        # learner has already computed (Learner.mean_logprob memoizes per weights) instead of new replies.
+        planned = ready_samples(self.store, self.base_sha256, limit=self.n_steps * cfg.batch_size,
+                                step_reward=cfg.step_reward)  # fmt: skip
+        self.planned = {s.turn_id for s in planned}
         made: list[int] = []
         try:
             for step in range(1, self.n_steps + 1):
@@ -168,7 +217,9 @@ class _Run:
                 )
         heldout = [
             s
-            for s in heldout_replies(self.store, self.base_sha256, {s.turn_id for s in batch}, n=HELDOUT_N)
+            for s in heldout_replies(
+                self.store, self.base_sha256, self.planned | {s.turn_id for s in batch}, n=HELDOUT_N
+            )
             if s.n_tokens <= cfg.token_budget
         ]
         self.progress("scoring", step, f"scoring {len(batch)} samples and {len(heldout)} held-out replies")
@@ -177,18 +228,11 @@ class _Run:
         if self.stopped():
             raise Stopped
         snapshot = learner.snapshot()
-        import torch
-
-        try:
-            metrics = learner.step(
-                batch, ref, teacher, stop=self.stopped,
-                on_micro=lambda k, m: self.progress("step", step, f"step {step}/{n}: micro-batch {k}/{m}"),
-            )  # fmt: skip
-        except torch.OutOfMemoryError as exc:
-            raise TrainError(
-                f"Out of memory in a training step ({exc}). Lower train.token_budget (now {cfg.token_budget}) in "
-                "config.toml; each micro-batch holds that many tokens."
-            ) from exc
+        self.phase = "step"  # its first progress line comes after the first micro-batch
+        metrics = learner.step(
+            batch, ref, teacher, stop=self.stopped,
+            on_micro=lambda k, m: self.progress("step", step, f"step {step}/{n}: micro-batch {k}/{m}"),
+        )  # fmt: skip
         # Which reward the batch's tool steps got (stepwise o + Σrᵢ/m, or outcome o): the ablation is read from here.
         metrics |= {"step_reward": cfg.step_reward, "n_step_samples": float(sum(s.step_id is not None for s in batch))}
         self.progress(
@@ -248,7 +292,10 @@ def load_learner(
     """Load the base weights and wrap them in a :class:`Learner`: a fresh LoRA, or ``parent`` continued."""
     from clawdesk.learn.base_model import load_base
 
-    model, info = load_base(base_gguf, hf_checkpoint=config.hf_checkpoint, on_status=on_status)
+    model, info = load_base(
+        base_gguf, hf_checkpoint=config.hf_checkpoint, device=config.device, load_in_4bit=config.load_in_4bit,
+        base_dtype=config.base_dtype, on_status=on_status,
+    )  # fmt: skip
     if parent is not None and on_status is not None:
         on_status(f"continuing from v{parent.version}")
     return Learner(model, info, config, parent_dir=parent.peft_dir if parent else None)

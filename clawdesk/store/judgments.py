@@ -17,12 +17,14 @@ from clawdesk.errors import NotFoundError
 from clawdesk.store.log import Store, Turn, now_iso
 from clawdesk.store.tokens import pack_ids, unpack_ids
 
+# ``turns_unjudged`` (m006) holds only the turns the judge still has to look at (``judge_done = 0``): its
+# questions after every reply read the backlog, not the whole log. Every rule below still applies.
 _JUDGEABLE = """
-    FROM turns t
+    FROM turns t INDEXED BY turns_unjudged
     JOIN sessions s ON s.id = t.session_id
     LEFT JOIN judgments j ON j.turn_id = t.id
     LEFT JOIN feedback f ON f.turn_id = t.id
-    WHERE j.turn_id IS NULL AND t.learning = 1 AND s.incognito = 0
+    WHERE j.turn_id IS NULL AND t.judge_done = 0 AND t.learning = 1 AND s.incognito = 0
       AND t.status IN ('finished', 'length') AND coalesce(f.vetoed, 0) = 0
 """
 _NEXT = "(SELECT n.id FROM turns n WHERE n.session_id = t.session_id AND n.seq = t.seq + 1)"

@@ -177,8 +177,16 @@ class Store:
         rows = self._rows(self._SESSION_SELECT + " ORDER BY s.updated_at DESC, s.id DESC")
         return [Session.from_row(r) for r in rows]
 
+    def recent_sessions(self, limit: int, offset: int = 0) -> list[Session]:
+        """The ``limit`` most recently used sessions after the first ``offset``, newest first (the sidebar's page).
+
+        Reads ``limit`` rows of the ``sessions_recent`` index (m006), however many chats the log holds.
+        """
+        sql = self._SESSION_SELECT + " ORDER BY s.updated_at DESC, s.id DESC LIMIT ? OFFSET ?"
+        return [Session.from_row(r) for r in self._rows(sql, [int(limit), int(offset)])]
+
     def latest_session(self) -> Session | None:
-        sessions = self.list_sessions()
+        sessions = self.recent_sessions(1)
         return sessions[0] if sessions else None
 
     def rename_session(self, session_id: int, title: str) -> None:

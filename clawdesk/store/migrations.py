@@ -279,3 +279,77 @@ def m005_agent_steps(db):
     )
     db.execute("CREATE INDEX steps_turn ON steps(turn_id, idx)")
     db.execute("CREATE INDEX tool_calls_step ON tool_calls(step_id, idx)")
+
+
+# Whether the judge has nothing left to do for a turn: it has a judgment (or was dropped), it was
+# vetoed, or its chat is incognito. Kept in ``turns.judge_done`` by the triggers of m006.
+_JUDGE_DONE = """
+    EXISTS (SELECT 1 FROM judgments j WHERE j.turn_id = turns.id)
+    OR coalesce((SELECT f.vetoed FROM feedback f WHERE f.turn_id = turns.id), 0) != 0
+    OR coalesce((SELECT s.incognito FROM sessions s WHERE s.id = turns.session_id), 0) != 0
+"""
+
+# Whether a judgment can no longer give a training sample: its turn was trained on, or it carries no
+# signal (reward 0, no teacher prompt, no thumbs). Kept in ``judgments.sample_done`` by m006's triggers.
+_SAMPLE_DONE = """
+    EXISTS (SELECT 1 FROM adapter_samples a WHERE a.turn_id = judgments.turn_id)
+    OR (coalesce(judgments.reward, 0) = 0
+        AND NOT (judgments.hint IS NOT NULL AND coalesce(length(judgments.enhanced_prompt_ids), 0) > 0)
+        AND NOT EXISTS (SELECT 1 FROM feedback f WHERE f.turn_id = judgments.turn_id AND f.rating IS NOT NULL))
+"""
+
+
+@MIGRATIONS()
+def m006_scale(db):
+    # The sidebar shows the newest chats a page at a time (Store.recent_sessions); without this index
+    # every page sorted all sessions (10,000 chats: ~20 ms and a full scan per reply).
+    db.execute("CREATE INDEX sessions_recent ON sessions(updated_at DESC, id DESC)")
+    # What the judge asks after every reply ("which turn next?", the backlog counts, stale turns) is an
+    # anti-join, turns without a judgment, that no index can answer: it scanned every turn ever recorded.
+    # So each turn carries `judge_done` (see _JUDGE_DONE), kept by the triggers below whoever writes (the
+    # app, `forget`'s cascades, a person with the sqlite3 shell), and a partial index holds only the
+    # turns the judge still has to look at: the backlog, not the log. The queries keep every one of
+    # their rules: the flag narrows where they look, it never decides.
+    db.execute("ALTER TABLE turns ADD COLUMN judge_done INTEGER NOT NULL DEFAULT 0")
+    db.execute(f"UPDATE turns SET judge_done = ({_JUDGE_DONE})")
+    # session_id and seq ride along so "has it a next message?" is answered from the index.
+    db.execute(
+        "CREATE INDEX turns_unjudged ON turns(id, session_id, seq) "
+        "WHERE judge_done = 0 AND learning = 1 AND status IN ('finished', 'length')"
+    )
+    recompute = f"UPDATE turns SET judge_done = ({_JUDGE_DONE})"
+    for name, event, where in (
+        ("turns_judge_done_ai", "AFTER INSERT ON turns", "id = new.id"),
+        ("judgments_judge_done_ad", "AFTER DELETE ON judgments", "id = old.turn_id"),
+        ("feedback_judge_done_ai", "AFTER INSERT ON feedback", "id = new.turn_id"),
+        ("feedback_judge_done_au", "AFTER UPDATE OF vetoed ON feedback", "id = new.turn_id"),
+        ("feedback_judge_done_ad", "AFTER DELETE ON feedback", "id = old.turn_id"),
+        ("sessions_judge_done_au", "AFTER UPDATE OF incognito ON sessions", "session_id = new.id"),
+    ):
+        db.execute(f"CREATE TRIGGER {name} {event} BEGIN {recompute} WHERE {where}; END")
+    # Likewise for counting ready samples (after every reply and judgment): a judgment carries whether it
+    # can no longer give a sample (_SAMPLE_DONE: trained on already, or no signal: reward 0, no teacher,
+    # no thumbs), so the partial index holds what may still be trained on, not every judgment ever made.
+    db.execute("ALTER TABLE judgments ADD COLUMN sample_done INTEGER NOT NULL DEFAULT 0")
+    db.execute(f"UPDATE judgments SET sample_done = ({_SAMPLE_DONE})")
+    db.execute("CREATE INDEX judgments_untrained ON judgments(turn_id) WHERE status = 'judged' AND sample_done = 0")
+    resample = f"UPDATE judgments SET sample_done = ({_SAMPLE_DONE})"
+    for name, event, where in (
+        ("judgments_sample_done_au", "AFTER UPDATE OF reward, hint, enhanced_prompt_ids ON judgments", "new.turn_id"),
+        ("adapter_samples_sample_done_ai", "AFTER INSERT ON adapter_samples", "new.turn_id"),
+        ("adapter_samples_sample_done_ad", "AFTER DELETE ON adapter_samples", "old.turn_id"),
+        ("feedback_sample_done_ai", "AFTER INSERT ON feedback", "new.turn_id"),
+        ("feedback_sample_done_au", "AFTER UPDATE OF rating ON feedback", "new.turn_id"),
+        ("feedback_sample_done_ad", "AFTER DELETE ON feedback", "old.turn_id"),
+    ):
+        db.execute(f"CREATE TRIGGER {name} {event} BEGIN {resample} WHERE turn_id = {where}; END")
+    # INSERT OR REPLACE of a judgment fires no delete trigger (recursive_triggers is off) and resets
+    # sample_done to its default: the insert trigger sets both flags from the facts.
+    db.execute(
+        f"""
+        CREATE TRIGGER judgments_flags_ai AFTER INSERT ON judgments BEGIN
+            {recompute} WHERE id = new.turn_id;
+            {resample} WHERE turn_id = new.turn_id;
+        END
+        """
+    )

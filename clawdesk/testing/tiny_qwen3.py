@@ -16,6 +16,7 @@ and template instead (see :mod:`clawdesk.testing.qwen3_assets`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -217,54 +218,80 @@ def write_tiny_qwen3_gguf(
     rms_eps: float = 1e-6,
     vocab: tuple[list[str], list[int], list[str]] | None = None,
     chat_template: str = CHAT_TEMPLATE,
+    qtype: str = "F32",
+    fast_draws: bool = False,
 ) -> Path:
-    """Write a random f32 Qwen3 GGUF (tied embeddings, head_dim 128) to ``path`` and return it.
+    """Write a random Qwen3 GGUF (tied embeddings, head_dim 128) to ``path`` and return it.
 
     Linear weights are N(0, ``std``); the tied embedding uses ``embed_std`` (≈ 1/sqrt(hidden), so
     logits are O(1) rather than O(0.1)); RMSNorm weights are 1 + N(0, 0.1) so a mixed-up norm shows.
     Same arguments, same bytes. ``vocab`` (tokens, types, merges) replaces the tiny byte-level
     vocabulary, e.g. :func:`qwen3_vocab`; ``chat_template`` replaces the cut-down template.
+    ``qtype`` "Q8_0" or "Q4_0" stores the 2-D weights quantized (``gguf.quants``; norms stay f32), as
+    served files do. Tensors are generated, quantized and written one at a time (the embedding in row
+    chunks), so a full-size model (e.g. Qwen3-4B's dims: the 4B bench) needs about one tensor of RAM.
+    ``fast_draws`` draws float32 normals from numpy's default generator (~3x faster, other bytes).
     """
     import gguf
+    from gguf import quants
 
     path = Path(path)
     rng = np.random.RandomState(seed)
+    fast = np.random.default_rng(seed) if fast_draws else None
     tokens, types, merges = vocab if vocab is not None else tiny_vocab()
     n_vocab = len(tokens)
     q_dim, kv_dim = n_head * HEAD_DIM, n_head_kv * HEAD_DIM
+    quant = None if qtype == "F32" else gguf.GGMLQuantizationType[qtype]
+    file_types = {"F32": "ALL_F32", "Q8_0": "MOSTLY_Q8_0", "Q4_0": "MOSTLY_Q4_0"}
+    if qtype not in file_types:
+        raise ValueError(f"qtype must be one of {', '.join(file_types)}, got {qtype!r}")
 
-    def linear(n_out: int, n_in: int) -> np.ndarray:
-        return (rng.standard_normal((n_out, n_in)) * std).astype(np.float32)  # (out, in), as torch stores it
+    def normal(shape: tuple[int, ...], scale: float) -> np.ndarray:
+        # Row chunks of float64 draws: the same stream as one call (RandomState keeps its spare
+        # Gaussian between calls), without a float64 copy of a 151k-row embedding.
+        out = np.empty(shape, dtype=np.float32)
+        rows = max(1, (1 << 22) // max(1, int(np.prod(shape[1:]))))
+        for start in range(0, shape[0], rows):
+            n = min(rows, shape[0] - start)
+            if fast is not None:
+                out[start : start + n] = fast.standard_normal((n, *shape[1:]), dtype=np.float32) * scale
+            else:
+                out[start : start + n] = rng.standard_normal((n, *shape[1:])) * scale
+        return out
 
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+    def linear(n_out: int, n_in: int) -> Callable[[], np.ndarray]:
+        return lambda: normal((n_out, n_in), std)  # (out, in), as torch stores it
+
+    def norm(n: int) -> Callable[[], np.ndarray]:
+        return lambda: (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
 
     arch = gguf.MODEL_ARCH.QWEN3
     names = gguf.get_tensor_name_map(arch, n_layers)
-    weights: dict[str, np.ndarray] = {
-        "model.embed_tokens": (rng.standard_normal((n_vocab, hidden)) * embed_std).astype(np.float32),
-    }
+    # (name, shape, how to draw it), in the order the random stream is consumed and the file is written.
+    weights: list[tuple[str, tuple[int, ...], Callable[[], np.ndarray]]] = [
+        ("model.embed_tokens", (n_vocab, hidden), lambda: normal((n_vocab, hidden), embed_std)),
+    ]
     for i in range(n_layers):
         p = f"model.layers.{i}"
-        weights |= {
-            f"{p}.input_layernorm": norm(hidden),
-            f"{p}.self_attn.q_proj": linear(q_dim, hidden),
-            f"{p}.self_attn.k_proj": linear(kv_dim, hidden),
-            f"{p}.self_attn.v_proj": linear(kv_dim, hidden),
-            f"{p}.self_attn.o_proj": linear(hidden, q_dim),
-            f"{p}.self_attn.q_norm": norm(HEAD_DIM),
-            f"{p}.self_attn.k_norm": norm(HEAD_DIM),
-            f"{p}.post_attention_layernorm": norm(hidden),
-            f"{p}.mlp.gate_proj": linear(ffn, hidden),
-            f"{p}.mlp.up_proj": linear(ffn, hidden),
-            f"{p}.mlp.down_proj": linear(hidden, ffn),
-        }
-    weights["model.norm"] = norm(hidden)
+        weights += [
+            (f"{p}.input_layernorm", (hidden,), norm(hidden)),
+            (f"{p}.self_attn.q_proj", (q_dim, hidden), linear(q_dim, hidden)),
+            (f"{p}.self_attn.k_proj", (kv_dim, hidden), linear(kv_dim, hidden)),
+            (f"{p}.self_attn.v_proj", (kv_dim, hidden), linear(kv_dim, hidden)),
+            (f"{p}.self_attn.o_proj", (hidden, q_dim), linear(hidden, q_dim)),
+            (f"{p}.self_attn.q_norm", (HEAD_DIM,), norm(HEAD_DIM)),
+            (f"{p}.self_attn.k_norm", (HEAD_DIM,), norm(HEAD_DIM)),
+            (f"{p}.post_attention_layernorm", (hidden,), norm(hidden)),
+            (f"{p}.mlp.gate_proj", (ffn, hidden), linear(ffn, hidden)),
+            (f"{p}.mlp.up_proj", (ffn, hidden), linear(ffn, hidden)),
+            (f"{p}.mlp.down_proj", (hidden, ffn), linear(hidden, ffn)),
+        ]
+    weights.append(("model.norm", (hidden,), norm(hidden)))
 
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(f"tiny-qwen3-seed{seed}")
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(getattr(gguf.LlamaFileType, file_types[qtype]))
     writer.add_context_length(context_length)
     writer.add_embedding_length(hidden)
     writer.add_block_count(n_layers)
@@ -287,12 +314,23 @@ def write_tiny_qwen3_gguf(
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
     writer.add_chat_template(chat_template)
-    for hf_name, array in weights.items():
+    for hf_name, shape, _ in weights:
         gguf_name = names.get_name(hf_name)
         assert gguf_name is not None, hf_name
-        writer.add_tensor(f"{gguf_name}.weight", array)
+        if quant is not None and len(shape) == 2:
+            block, block_bytes = gguf.GGML_QUANT_SIZES[quant]
+            nbytes = shape[0] * shape[1] // block * block_bytes
+            writer.add_tensor_info(f"{gguf_name}.weight", shape, np.dtype(np.float32), nbytes, raw_dtype=quant)
+        else:
+            writer.add_tensor_info(f"{gguf_name}.weight", shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    for _, shape, draw in weights:
+        array = draw()
+        if quant is not None and len(shape) == 2:
+            array = quants.quantize(array, quant)
+        writer.write_tensor_data(array)
+        del array
     writer.close()
     return path

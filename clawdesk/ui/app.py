@@ -48,13 +48,15 @@ from clawdesk.ui.widgets import (
     AssistantMessage,
     ChatInput,
     EmptyState,
+    MoreSessions,
     SessionItem,
     SessionList,
     StatusBar,
     UserMessage,
 )
 
-RENDER_HZ = 15  # most streamed renders per second
+RENDER_HZ = 10  # most streamed renders per second: tui_decode_ratio 0.79 at 15, 0.98 at 10 (bench/sec_chat.py)
+SIDEBAR_PAGE = 50  # chats the sidebar lists at first and per "… older chats"
 
 
 def _exchanges(n: int) -> str:
@@ -117,6 +119,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self._turn: PendingTurn | None = None
         self._last_reply = ""
         self._last_render = 0.0  # time.monotonic() of the last streamed render
+        self._sidebar_rows = SIDEBAR_PAGE  # chats listed in the sidebar; "… older chats" lists another page
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -204,9 +207,13 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self.sub_title = f"{INCOGNITO_ICON} {title} (incognito)" if self.incognito else title
 
     async def refresh_sessions(self) -> None:
-        """Re-list the sidebar from the store."""
+        """Re-list the sidebar from the store: the newest ``_sidebar_rows`` chats. A widget per chat costs
+        milliseconds to mount and lay out: listing all 1,000 chats of a 10,000-turn log took the app tens of
+        seconds to start (bench/sec_scale.py), and the sidebar is re-listed after every reply."""
         current = self.session.id if self.session is not None else None
-        await self.session_list.show(self.store.list_sessions(), current)
+        sessions = self.store.recent_sessions(self._sidebar_rows + 1)  # one more: are there older ones?
+        more = len(sessions) > self._sidebar_rows
+        await self.session_list.show(sessions[: self._sidebar_rows], current, more=more)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -262,6 +269,12 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
     @on(SessionList.Selected)
     async def _session_selected(self, event: SessionList.Selected) -> None:
         item = event.item
+        if isinstance(item, MoreSessions):
+            index = self._sidebar_rows
+            self._sidebar_rows += SIDEBAR_PAGE
+            await self.refresh_sessions()
+            self.session_list.index = index  # the first of the chats just listed
+            return
         if not isinstance(item, SessionItem) or (self.session is not None and item.session.id == self.session.id):
             return
         if await self.open_session(item.session.id):

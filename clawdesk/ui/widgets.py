@@ -208,8 +208,15 @@ class SessionItem(ListItem):
         self.session = session
 
 
+class MoreSessions(ListItem):
+    """The sidebar's last row when older chats are not listed yet: selecting it lists another page."""
+
+    def __init__(self) -> None:
+        super().__init__(Label("… older chats", markup=False))
+
+
 class SessionList(ListView):
-    """Saved chats, newest first. Enter opens one; ``r`` renames, Delete removes."""
+    """Saved chats, newest first, a page at a time. Enter opens one; ``r`` renames, Delete removes."""
 
     BINDINGS = [
         Binding("r,f2", "rename", "Rename"),
@@ -226,11 +233,11 @@ class SessionList(ListView):
             super().__init__()
             self.session_id = session_id
 
-    async def show(self, sessions: Iterable[Session], current_id: int | None) -> None:
-        """Replace the items, highlighting the open chat."""
+    async def show(self, sessions: Iterable[Session], current_id: int | None, *, more: bool = False) -> None:
+        """Replace the items, highlighting the open chat; ``more`` ends the list with a :class:`MoreSessions` row."""
         sessions = list(sessions)
         await self.clear()
-        await self.extend(SessionItem(s) for s in sessions)
+        await self.extend([*(SessionItem(s) for s in sessions), *([MoreSessions()] if more else [])])
         ids = [s.id for s in sessions]
         self.index = ids.index(current_id) if current_id in ids else None
 

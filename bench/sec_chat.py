@@ -1,0 +1,263 @@
+"""Bench section "chat": how fast the chat is against bare llama-cpp-python, in the TUI, and under learning load.
+
+All on the bundled SmolLM2 GGUF, one process, baselines measured side by side with what they judge:
+
+- ``decode_ratio`` / ``ttft_overhead_ms``: the ClawDesk :class:`Engine` (automatic threads: every core
+  while idle) against a plain ``llama_cpp.Llama`` at each thread count 1..cores, same prompt ids, same
+  greedy sampling, rounds interleaved (engine, bare 1, bare 2, engine, ...) so drift hits all of them;
+  the ratio is against bare's *best* thread count.
+- ``tui_decode_ratio``: a reply sent and streamed through the real app (``App.run_test`` pilot, real
+  rendering) ÷ the engine alone on the same prompt ids, interleaved.
+- ``ttft_busy_ratio`` / ``ttft_training_ratio``: chat time to first token while the judge / a trainer
+  process works ÷ idle (:mod:`chat_load`).
+
+The engine on its share of the cores (as while a trainer runs) is timed in the same rounds, for the
+record (``raw.tok_s_median.engine_share``; this folds in the former ``bench_threads.py``). Each decode
+run stops after ``tokens / 8`` seconds: a rate needs no whole reply, and on a machine with other load a
+thread count that collapses (see FIELD-NOTES) must not stall the suite; the counts are in ``raw``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PROMPT = "Write a short story about a lighthouse keeper."
+SHA = "bench"  # the engine's sha256 (chat_load's samples carry the same)
+
+
+def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
+    from clawdesk.engine import Engine
+    from clawdesk.engine.llama import all_threads
+    from clawdesk.models import DEMO_NAME, resolve_model
+
+    model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
+    tokens, rounds = (64, 3) if quick else (128, 7)
+    engine = Engine.load(model, sha256=SHA, n_ctx=1024)  # automatic threads, as the app loads it
+    log(f"engine loaded: {engine.context_threads()} threads (of {all_threads()} cores)")
+    try:
+        results = decode_vs_bare(engine, model.path, tokens, rounds, log)
+        results.update(tui_vs_engine(engine, tokens, rounds, log))
+        from chat_load import ttft_under_load  # bench/ is on sys.path (run.py puts it there)
+
+        with tempfile.TemporaryDirectory(prefix="clawdesk-bench-") as tmp:
+            results.update(ttft_under_load(engine, Path(tmp), quick, log))
+    finally:
+        engine.close()
+    return results
+
+
+# -- decode: engine vs bare llama-cpp-python -------------------------------------------------------
+
+
+def _sampling(tokens: int):
+    from clawdesk.engine import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=tokens)
+
+
+class Bare:
+    """A plain ``llama_cpp.Llama`` streaming text the way a bare llama-cpp-python app would."""
+
+    def __init__(self, path: Path, threads: int, n_ctx: int) -> None:
+        import llama_cpp
+
+        self.threads = threads
+        self.last_ids: list[int] = []  # the reply of the last run (tests compare it with the engine's)
+        self.llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+
+    def run(self, ids: list[int], params, budget_s: float) -> tuple[float, float | None, int]:
+        """(time to first token s, decode tok/s from the first token on, tokens); stops at EOG like the engine,
+        or after ``budget_s`` (a rate needs no full reply; a collapsed thread count must not stall the suite)."""
+        import llama_cpp
+
+        llm = self.llm
+        vocab = llm._model.vocab
+        llm.reset()  # a cold prompt, like the engine's reset_cache()
+        start = time.monotonic()
+        first: float | None = None
+        n = 0
+        self.last_ids = []
+        gen = llm.generate(ids, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, temp=params.temperature)
+        try:
+            for tok in gen:
+                if first is None:
+                    first = time.monotonic()
+                n += 1
+                self.last_ids.append(int(tok))
+                if llama_cpp.llama_vocab_is_eog(vocab, tok) or n >= params.max_tokens:
+                    break
+                if time.monotonic() - start > budget_s:
+                    break
+                llm.detokenize([tok])  # a streaming app shows text, so it pays for this too
+        finally:
+            gen.close()
+        end = time.monotonic()
+        assert first is not None
+        return first - start, ((n - 1) / (end - first) if n > 1 else None), n
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _engine_run(engine, ids: list[int], params, budget_s: float) -> tuple[float, float | None, int]:
+    engine.reset_cache()
+    start = time.monotonic()
+    reply = engine.generate(ids, params, stop_when=lambda: time.monotonic() - start > budget_s)
+    # latency_ms counts from inside generate(); add the lock wait and setup before it (none here).
+    ttft = reply.started_at - start + (reply.latency_ms or 0.0) / 1000
+    return ttft, reply.tokens_per_s, len(reply.reply_ids)
+
+
+def decode_vs_bare(engine, path: Path, tokens: int, rounds: int, log: Callable[[str], None]) -> dict[str, dict]:
+    from clawdesk.engine.llama import all_threads, default_threads
+
+    params = _sampling(tokens)
+    budget_s = tokens / 8  # a run stops early below 8 tok/s
+    ids = engine.build_prompt("", [], PROMPT, thinking=False, reply_room=tokens).token_ids
+    bares = [Bare(path, t, engine.n_ctx) for t in range(1, all_threads() + 1)]
+
+    def engine_share() -> tuple[float, float | None, int]:
+        # The engine on its share of the cores, as while the trainer process runs (for the record).
+        with engine.threads.busy_while("trainer"):
+            return _engine_run(engine, ids, params, budget_s)
+
+    runners: dict[str, Callable[[], tuple[float, float | None, int]]] = {
+        "engine": lambda: _engine_run(engine, ids, params, budget_s)
+    }
+    if default_threads() != all_threads():
+        runners["engine_share"] = engine_share
+    for bare in bares:
+        runners[f"bare_{bare.threads}"] = lambda b=bare: b.run(ids, params, budget_s)
+    ttft: dict[str, list[float]] = {name: [] for name in runners}
+    rate: dict[str, list[float]] = {name: [] for name in runners}
+    counts: dict[str, set[int]] = {name: set() for name in runners}
+    try:
+        for fn in runners.values():
+            fn()  # warm-up: page cache, allocations
+        for r in range(rounds):
+            for name, fn in runners.items():
+                t, tps, n = fn()
+                ttft[name].append(t * 1000)
+                rate[name].append(tps or 0.0)
+                counts[name].add(n)
+            log(f"decode round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rate.items()) + " tok/s")
+    finally:
+        for bare in bares:
+            bare.close()
+    med_rate = {k: statistics.median(v) for k, v in rate.items()}
+    med_ttft = {k: statistics.median(v) for k, v in ttft.items()}
+    best = max((k for k in runners if k.startswith("bare_")), key=lambda k: med_rate[k])
+    raw = {
+        "tokens": tokens,
+        "rounds": rounds,
+        "prompt_tokens": len(ids),
+        "engine_threads": engine.context_threads()[0],
+        "engine_share_threads": default_threads(),
+        "best_bare": best,
+        "tok_s_median": med_rate,
+        "tok_s_rounds": rate,
+        "reply_tokens": {k: sorted(v) for k, v in counts.items()},
+    }
+    return {
+        "decode_ratio": {
+            "value": med_rate["engine"] / med_rate[best],
+            "unit": "x",
+            "goal": ">= 0.95",
+            "what": "engine decode tok/s ÷ bare llama-cpp-python at its best thread count (same GGUF, prompt, greedy)",
+            "raw": raw,
+        },
+        "ttft_overhead_ms": {
+            "value": med_ttft["engine"] - med_ttft[best],
+            "unit": "ms",
+            "goal": "<= 50",
+            "what": "engine time to first token minus bare llama-cpp-python's (same cold prompt)",
+            "raw": {"best_bare": best, "ttft_ms_median": med_ttft, "ttft_ms_rounds": ttft},
+        },
+    }
+
+
+# -- the Textual app vs the engine alone -------------------------------------------------------------
+
+
+def tui_vs_engine(engine, tokens: int, rounds: int, log: Callable[[str], None]) -> dict[str, dict]:
+    with tempfile.TemporaryDirectory(prefix="clawdesk-bench-tui-") as tmp:
+        app_rates, alone_rates, walls = asyncio.run(_tui_rounds(engine, Path(tmp), tokens, rounds, log))
+    app_med, alone_med = statistics.median(app_rates), statistics.median(alone_rates)
+    return {
+        "tui_decode_ratio": {
+            "value": app_med / alone_med,
+            "unit": "x",
+            "goal": ">= 0.9",
+            "what": "decode tok/s of a reply streamed through the Textual app (real rendering) ÷ the engine alone",
+            "raw": {
+                "tokens": tokens,
+                "app_tok_s": app_rates,
+                "engine_tok_s": alone_rates,
+                "app_send_to_recorded_s": walls,
+            },
+        }
+    }
+
+
+async def _tui_rounds(engine, home: Path, tokens: int, rounds: int, log: Callable[[str], None]):
+    from clawdesk.config import ChatConfig, Config
+    from clawdesk.runtime import open_store
+    from clawdesk.ui.app import ClawDeskApp
+    from clawdesk.ui.messages import TurnRecorded
+
+    class BenchApp(ClawDeskApp):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.recorded: list[TurnRecorded] = []
+            self.turn_done = asyncio.Event()
+
+        def on_turn_recorded(self, message: TurnRecorded) -> None:
+            self.recorded.append(message)
+            self.turn_done.set()
+
+    config = Config(home=home, chat=ChatConfig(temperature=0.0, max_reply_tokens=tokens))
+    store = open_store(config)
+    params = _sampling(tokens)
+    app_rates: list[float] = []
+    alone_rates: list[float] = []
+    walls: list[float] = []
+    try:
+        app = BenchApp(config, engine, store)
+        async with app.run_test(size=(100, 32)) as pilot:
+            for r in range(rounds + 1):  # round 0 warms up the app's widgets and styles
+                await app.action_new_chat()
+                await pilot.pause()
+                app.turn_done = asyncio.Event()
+                app.chat_input.text = PROMPT
+                app.chat_input.focus()
+                start = time.monotonic()
+                await pilot.press("enter")
+                # An event, not pilot.pause() polling: each pause forces a screen update, which would
+                # add renders the app itself does not do (it throttles to RENDER_HZ).
+                try:
+                    await asyncio.wait_for(app.turn_done.wait(), timeout=120)
+                except TimeoutError:
+                    raise TimeoutError("the app did not record the benchmark reply within 120 s") from None
+                wall = time.monotonic() - start
+                turn = store.get_turn(app.recorded[-1].turn_id)
+                prompt_ids, reply_ids = store.turn_tokens(turn.id)
+                # The engine alone on the very same prompt ids, from a thread like the app's worker.
+                alone = await asyncio.to_thread(engine.generate, prompt_ids, params)
+                if len(alone.reply_ids) != len(reply_ids):
+                    raise RuntimeError(f"app and engine replies differ ({len(reply_ids)} vs {len(alone.reply_ids)})")
+                if r == 0:
+                    continue
+                app_rates.append(turn.tokens_per_s or 0.0)
+                alone_rates.append(alone.tokens_per_s or 0.0)
+                walls.append(round(wall, 3))
+                log(f"tui round {r}/{rounds}: app {app_rates[-1]:.0f} tok/s, engine alone {alone_rates[-1]:.0f} tok/s")
+    finally:
+        store.close()
+    return app_rates, alone_rates, walls

@@ -1,0 +1,251 @@
+"""Bench section "Qwen3-4B within 8 GB": a Qwen3-4B-shaped random GGUF, decoded by llama.cpp and trained on.
+
+``measure(quick, log)`` writes a GGUF with Qwen3-4B's dimensions (hidden 2560, 36 layers, 32 heads,
+8 KV heads, head_dim 128, ffn 9728, vocab 151,936, tied embeddings) and random Q4_0 weights (the
+tiny-Qwen3 builder at full size, tensor by tensor) to a temporary dir, deleted afterwards. Then, each
+in its own child process so that its peak RSS (``ru_maxrss``) is its own:
+
+- ``decode``: llama.cpp (all cores) loads the file, evaluates a 64-token prompt and decodes 32 tokens
+  greedily: ``model4b_decode_tok_s``.
+- ``bf16`` / ``nf4``: the trainer's own :func:`load_base` on the CPU (bf16 weights; or the decoder
+  linears in 4-bit NF4 via bitsandbytes' CPU kernels, bf16 compute), then one step of the real
+  :class:`Learner` (scoring + one optimizer pass, ``train.epochs = 1``) on one 512-token sample
+  (384 prompt + 128 reply tokens, reward +1, no hint): load seconds, step seconds, peak RSS.
+
+Keys: ``model4b_train_peak_rss_mb`` (goal <= 8192) and ``model4b_step_s`` are those of the mode
+:func:`load_base` picks on this machine by default (``raw["default_mode"]``); ``raw`` holds both
+modes. ``model4b_decode_tok_s``. ``--quick`` keeps every dimension but uses 2 layers (a smoke run:
+its numbers say nothing about a 4B model, and ``raw["n_layers"]`` says so).
+
+Heavy: ~2.3 GB of disk, ~8 GB of RAM and minutes of CPU per mode, so ``bench/run.py`` runs it only
+with ``--only model4b`` or ``--full``. Standalone: ``python bench/sec_model4b.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+QWEN3_4B = {"hidden": 2560, "n_layers": 36, "n_head": 32, "n_head_kv": 8, "ffn": 9728}
+VOCAB = 151_936
+QTYPE = "Q4_0"
+PROMPT, REPLY = 384, 128  # one 512-token sample
+DECODE_PROMPT, DECODE_TOKENS = 64, 32
+GOAL_MB = 8192
+CHILD_TIMEOUT_S = 3600
+
+
+def _peak_mb() -> float:
+    """This process's peak RSS in MiB.
+
+    VmHWM, not ``ru_maxrss``: on Linux a child's ``ru_maxrss`` starts at its parent's peak (it survives
+    fork and exec), so a child of a big parent would report the parent's peak as its own.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 1024
+    except (OSError, StopIteration):  # not Linux: ru_maxrss (bytes on macOS)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)
+
+
+def _vocab() -> tuple[tuple[list[str], list[int], list[str]], str]:
+    """Qwen3's real 151,936-token vocabulary when the test cache has it, else a stand-in of that size."""
+    from clawdesk.testing import qwen3_assets
+    from clawdesk.testing.tiny_qwen3 import qwen3_vocab, tiny_vocab
+
+    try:
+        return qwen3_vocab(qwen3_assets.qwen3_assets().vocab_path), "qwen3"
+    except qwen3_assets.Qwen3AssetsError:
+        tokens, types, merges = tiny_vocab()  # byte-level BPE + the chat markers, padded with unused tokens
+        filler = [f"<|unused_{i}|>" for i in range(VOCAB - len(tokens))]
+        return (tokens + filler, types + [1] * len(filler), merges), "stand-in"
+
+
+def write_model(path: Path, n_layers: int) -> dict:
+    from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
+
+    vocab, which = _vocab()
+    started = time.perf_counter()
+    dims = QWEN3_4B | {"n_layers": n_layers}
+    write_tiny_qwen3_gguf(path, **dims, embed_std=0.02, vocab=vocab, qtype=QTYPE, context_length=4096, fast_draws=True)
+    return {"write_s": time.perf_counter() - started, "file_mb": path.stat().st_size / 2**20, "vocab": which}
+
+
+# -- children ------------------------------------------------------------------------------------
+
+
+def child_decode(path: Path) -> dict:
+    import llama_cpp
+
+    threads = os.cpu_count() or 1
+    started = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
+    load_s = time.perf_counter() - started
+    rng = random.Random(0)
+    prompt = [rng.randrange(1000, 100_000) for _ in range(DECODE_PROMPT)]
+    started = time.perf_counter()
+    llm.eval(prompt)
+    prefill_s = time.perf_counter() - started
+    stamps = []
+    for _ in llm.generate([], temp=0.0, reset=False):
+        stamps.append(time.perf_counter())
+        if len(stamps) == DECODE_TOKENS:
+            break
+    return {
+        "load_s": load_s,
+        "prefill_tok_s": DECODE_PROMPT / prefill_s,
+        "decode_tok_s": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+        "threads": threads,
+        "peak_rss_mb": _peak_mb(),
+    }
+
+
+def child_train(path: Path, mode: str) -> dict:
+    import torch
+
+    from clawdesk.config import TrainConfig
+    from clawdesk.learn.base_model import load_base
+    from clawdesk.learn.learner import Learner
+    from clawdesk.learn.samples import Sample
+
+    torch.manual_seed(0)
+    before = _peak_mb()
+    model, info = load_base(path, device="cpu", load_in_4bit=mode == "nf4", base_dtype="bfloat16")
+    loaded_mb = _peak_mb()
+    rng = random.Random(0)
+    sample = Sample(
+        turn_id=1,
+        prompt_ids=[rng.randrange(info.vocab_size) for _ in range(PROMPT)],
+        reply_ids=[rng.randrange(info.vocab_size) for _ in range(REPLY)],
+        reward=1.0,
+        hint=None,
+        teacher_prompt_ids=None,
+    )
+    config = TrainConfig(epochs=1, token_budget=PROMPT + REPLY)
+    learner = Learner(model, info, config, parent_dir=None)
+    started = time.perf_counter()
+    ref, teacher = learner.score([sample])
+    score_s = time.perf_counter() - started
+    started = time.perf_counter()
+    metrics = learner.step([sample], ref, teacher, stop=lambda: False)
+    step_s = time.perf_counter() - started
+    return {
+        "load_s": info.load_seconds,
+        "score_s": score_s,
+        "step_s": step_s,
+        "step_total_s": score_s + step_s,
+        "peak_rss_mb": _peak_mb(),
+        "rss_after_imports_mb": before,
+        "peak_after_load_mb": loaded_mb,
+        "dtype": info.dtype,
+        "quantized": info.quantized,
+        "n_params": info.n_params,
+        "threads": torch.get_num_threads(),
+        "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+    }
+
+
+def _run_child(path: Path, mode: str, log: Callable[[str], None]) -> dict:
+    started = time.perf_counter()
+    cmd = [sys.executable, __file__, "--child", mode, "--gguf", str(path)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log(f"  {mode}: timed out after {CHILD_TIMEOUT_S} s")
+        return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
+    if out.returncode != 0:
+        # -9 = killed, most likely by the kernel's OOM killer: that is a result too (it did not fit).
+        tail = (out.stderr.strip().splitlines() or [""])[-1][:300]
+        log(f"  {mode}: exit {out.returncode} {tail}")
+        return {"error": f"exit {out.returncode}: {tail}", "wall_s": time.perf_counter() - started}
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["wall_s"] = time.perf_counter() - started
+    log(f"  {mode}: " + ", ".join(f"{k} {v:.1f}" for k, v in result.items() if isinstance(v, float)))
+    return result
+
+
+def default_mode(n_params: int) -> str:
+    """What load_base picks on this CPU with the default config (4-bit off on a CPU; base_dtype "auto")."""
+    import psutil
+    import torch
+
+    from clawdesk.learn.gguf_weights import choose_dtype
+
+    dtype = choose_dtype("auto", n_params=n_params, available_bytes=psutil.virtual_memory().available)
+    return "bf16" if dtype == torch.bfloat16 else "fp32"
+
+
+def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
+    from clawdesk.learn.gguf_weights import gguf_param_count
+
+    n_layers = 2 if quick else QWEN3_4B["n_layers"]
+    raw: dict = {"dims": QWEN3_4B | {"n_layers": n_layers, "vocab": VOCAB}, "qtype": QTYPE, "n_layers": n_layers}
+    with tempfile.TemporaryDirectory(prefix="clawdesk-4b-") as tmp:
+        path = Path(tmp) / "qwen3-4b-shaped.gguf"
+        log(f"writing a Qwen3-4B-shaped {QTYPE} GGUF ({n_layers} layers) to {tmp}")
+        raw["file"] = write_model(path, n_layers)
+        raw["n_params"] = gguf_param_count(path)
+        log(f"  {raw['file']['file_mb']:.0f} MB, {raw['n_params'] / 1e9:.2f} B weights, {raw['file']['write_s']:.0f} s")
+        modes = {}
+        for mode in ("decode", "nf4", "bf16"):
+            modes[mode] = _run_child(path, mode, log)
+    raw["modes"] = modes
+    # bf16 unless the fp32 weights (16 GB) fit in half the available RAM: fp32 is not measured here.
+    raw["default_mode"] = default_mode(raw["n_params"])
+    chosen = modes["bf16"]
+    return {
+        "model4b_train_peak_rss_mb": {
+            "value": chosen.get("peak_rss_mb"),
+            "unit": "MB",
+            "goal": f"<= {GOAL_MB}",
+            "raw": raw,
+            "what": "peak RSS of load + one training step on one 512-token sample, the default CPU mode (bf16)",
+        },
+        "model4b_step_s": {
+            "value": chosen.get("step_total_s"),
+            "unit": "s",
+            "goal": "",
+            "raw": {mode: modes[mode] for mode in ("bf16", "nf4")},
+            "what": "scoring + one optimizer pass on one 512-token sample, Qwen3-4B-shaped, CPU",
+        },
+        "model4b_decode_tok_s": {
+            "value": modes["decode"].get("decode_tok_s"),
+            "unit": "tok/s",
+            "goal": "",
+            "raw": modes["decode"],
+            "what": f"llama.cpp greedy decode of the Qwen3-4B-shaped {QTYPE} file, all cores",
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 layers instead of 36 (a smoke run)")
+    parser.add_argument("--child", choices=["decode", "bf16", "nf4"], help=argparse.SUPPRESS)
+    parser.add_argument("--gguf", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        path = Path(args.gguf)
+        result = child_decode(path) if args.child == "decode" else child_train(path, args.child)
+        print(json.dumps(result))
+        return
+    results = measure(args.quick, lambda line: print(line, flush=True))
+    for key, result in results.items():
+        value = result["value"]
+        shown = "—" if value is None else f"{value:.1f}"
+        print(f"{key:28} {shown:>10} {result['unit']:6} {result['goal']}")
+    print(json.dumps({k: v["raw"] for k, v in results.items()}, indent=1, default=str)[:4000])
+
+
+if __name__ == "__main__":
+    main()
