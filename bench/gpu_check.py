@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import random
 import resource
 import sys
 import tempfile
@@ -41,34 +40,12 @@ def _peak_rss_mb() -> float:
 
 def _fill(db: Path, n: int, *, prompt_len: int, reply_len: int, vocab: int, seed: int) -> None:
     """``n`` judged turns (rewards alternating ±1) with random token ids below ``vocab``."""
-    from clawdesk.store import NewTurn, Store, now_iso
-    from clawdesk.store.judgments import Judgment, save_judgment
+    from clawdesk.testing.judged_log import fill_judged
 
-    rng = random.Random(seed)
-    store = Store.open(db)
-    try:
-        session = store.create_session(system_prompt="sys")
-        for i in range(n):
-            at = now_iso()
-            tid = store.add_turn(
-                session.id,
-                NewTurn(
-                    user_content=f"q{i}", reply_content=f"a{i}", reply_thinking="", status="finished", thinking=False,
-                    model_name="check", model_path="/check.gguf", model_sha256=SHA,
-                    prompt_ids=[rng.randrange(vocab) for _ in range(prompt_len)],
-                    reply_ids=[rng.randrange(vocab) for _ in range(reply_len)], started_at=at, finished_at=at,
-                ),
-            )  # fmt: skip
-            save_judgment(
-                store,
-                Judgment(
-                    turn_id=tid, next_turn_id=tid, prompt_version="gpu-check", judge_model_name="j",
-                    judge_model_sha256="j", score_outputs=[], votes=[], reward=1 if i % 2 else -1, hint_outputs=[],
-                    hint=None, enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
-                ),
-            )  # fmt: skip
-    finally:
-        store.close()
+    fill_judged(
+        db, n, seed=seed, vocab=vocab, sha=SHA, rewards=(-1, 1), prompt_len=prompt_len, reply_len=reply_len,
+        model_path="/check.gguf",
+    )  # fmt: skip
 
 
 def train_and_check(

@@ -139,6 +139,7 @@ def write_chart(data: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     ratios = [
         (key, r)
@@ -158,9 +159,12 @@ def write_chart(data: dict, path: Path) -> Path:
             bound = float(r["goal"].lstrip("<>= "))
             ax.plot([bound, bound], [i - 0.4, i + 0.4], color="black", linewidth=2)
             ax.text(values[i], i, f" {fmt(values[i])}", va="center", fontsize=8)
-        lo, hi = min([*values, 0.5]), max([*values, 2.0])
+        bounds = [float(r["goal"].lstrip("<>= ")) for _, r in ratios]
+        lo, hi = min([*values, *bounds, 0.5]), max([*values, *bounds, 2.0])  # every goal tick on the axis
         ax.set_xscale("log")
-        ax.set_xlim(lo / 1.5, hi * 3)
+        ax.set_xlim(lo / 1.5, hi * 1.5)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # "3×10⁰" labels overlapped
     ax.set_title("ratios (bar) vs goal (black tick); green met, red missed")
     ax.set_xlabel("× (log scale)")
     if scale:

@@ -419,7 +419,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     return {
         "train_vs_sft": {
             "value": step["ratio"],
-            "unit": "ratio",
+            "unit": "x",
             "goal": ">= 0.5",
             "what": "our training step (scoring + train.epochs passes) tokens/s per pass ÷ a plain PEFT SFT step",
             "raw": raw,

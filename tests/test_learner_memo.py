@@ -20,8 +20,8 @@ from clawdesk.learn.base_model import load_base
 from clawdesk.learn.learner import Learner
 from clawdesk.learn.samples import Sample
 from clawdesk.learn.trainer import train
-from clawdesk.store import NewTurn, Store, now_iso
-from clawdesk.store.judgments import Judgment, save_judgment
+from clawdesk.store import Store
+from clawdesk.testing.judged_log import fill_judged
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 
 VOCAB = 283  # the tiny Qwen3's vocabulary
@@ -95,35 +95,7 @@ def test_heldout_logprobs_are_scored_once_per_weights_and_follow_every_change(ti
 
 
 def _fill(db: Path, n: int, *, seed: int, rewards: tuple[int, ...]) -> list[int]:
-    rng = random.Random(seed)
-    store = Store.open(db)
-    ids = []
-    try:
-        session = store.create_session(system_prompt="sys")
-        for i in range(n):
-            at = now_iso()
-            tid = store.add_turn(
-                session.id,
-                NewTurn(
-                    user_content=f"q{i}", reply_content=f"a{i}", reply_thinking="", status="finished", thinking=False,
-                    model_name="tiny", model_path="/tiny.gguf", model_sha256=SHA,
-                    prompt_ids=[rng.randrange(VOCAB) for _ in range(rng.randrange(6, 20))],
-                    reply_ids=[rng.randrange(VOCAB) for _ in range(rng.randrange(3, 10))],
-                    started_at=at, finished_at=at,
-                ),
-            )  # fmt: skip
-            save_judgment(
-                store,
-                Judgment(
-                    turn_id=tid, next_turn_id=tid, prompt_version="t", judge_model_name="j", judge_model_sha256="j",
-                    score_outputs=[], votes=[], reward=rewards[i % len(rewards)], hint_outputs=[], hint=None,
-                    enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
-                ),
-            )  # fmt: skip
-            ids.append(tid)
-    finally:
-        store.close()
-    return ids
+    return fill_judged(db, n, seed=seed, vocab=VOCAB, sha=SHA, rewards=rewards, prompt_len=(6, 20), reply_len=(3, 10))
 
 
 def test_a_run_scores_the_heldout_replies_once_per_step_plus_once(tiny_gguf, tmp_path, scored):

@@ -27,8 +27,8 @@ from clawdesk.learn.head import head_logprobs
 from clawdesk.learn.learner import Learner, reply_logprobs
 from clawdesk.learn.samples import count_ready
 from clawdesk.learn.trainer import load_learner, out_of_memory_error, train
-from clawdesk.store import NewTurn, Store, now_iso
-from clawdesk.store.judgments import Judgment, save_judgment
+from clawdesk.store import Store
+from clawdesk.testing.judged_log import fill_judged
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 
 SHA = "tiny-sha"
@@ -49,31 +49,7 @@ def data(tmp_path) -> dict[str, Path]:
 
 def fill(db: Path, n: int, *, seed: int) -> None:
     """``n`` judged turns (reward ±1) with random token ids of the tiny vocabulary."""
-    rng = random.Random(seed)
-    store = Store.open(db)
-    try:
-        session = store.create_session(system_prompt="sys")
-        for i in range(n):
-            at = now_iso()
-            tid = store.add_turn(
-                session.id,
-                NewTurn(
-                    user_content=f"q{i}", reply_content=f"a{i}", reply_thinking="", status="finished", thinking=False,
-                    model_name="tiny", model_path="/tiny.gguf", model_sha256=SHA,
-                    prompt_ids=[rng.randrange(VOCAB) for _ in range(10)],
-                    reply_ids=[rng.randrange(VOCAB) for _ in range(6)], started_at=at, finished_at=at,
-                ),
-            )  # fmt: skip
-            save_judgment(
-                store,
-                Judgment(
-                    turn_id=tid, next_turn_id=tid, prompt_version="t", judge_model_name="j", judge_model_sha256="j",
-                    score_outputs=[], votes=[], reward=1 if i % 2 else -1, hint_outputs=[], hint=None,
-                    enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
-                ),
-            )  # fmt: skip
-    finally:
-        store.close()
+    fill_judged(db, n, seed=seed, vocab=VOCAB, sha=SHA, rewards=(-1, 1), prompt_len=10, reply_len=6)
 
 
 def _state(db: Path) -> tuple[list[int], int]:

@@ -25,6 +25,7 @@ from clawdesk.learn.samples import Sample, count_ready, ready_samples
 from clawdesk.learn.trainer import TrainProgress, train
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.judgments import Judgment, save_judgment
+from clawdesk.testing.judged_log import fill_judged
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 
 SHA = "tiny-sha"
@@ -43,38 +44,7 @@ def home(tmp_path) -> dict[str, Path]:
 
 def fill(db: Path, n: int, *, seed: int, sha: str = SHA, rewards=(1, -1), hint_every: int = 0, vocab: int = VOCAB):
     """Add ``n`` judged turns with random token ids (< vocab); every ``hint_every``-th gets a hint."""
-    rng = random.Random(seed)
-    store = Store.open(db)
-    try:
-        session = store.create_session(system_prompt="sys")
-        ids = []
-        for i in range(n):
-            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(6, 24))]
-            reply = [rng.randrange(vocab) for _ in range(rng.randrange(3, 12))]
-            at = now_iso()
-            tid = store.add_turn(
-                session.id,
-                NewTurn(
-                    user_content=f"q{i}", reply_content=f"a{i}", reply_thinking="", status="finished", thinking=False,
-                    model_name="tiny", model_path="/tiny.gguf", model_sha256=sha, prompt_ids=prompt, reply_ids=reply,
-                    started_at=at, finished_at=at,
-                ),
-            )  # fmt: skip
-            hinted = hint_every and i % hint_every == 0
-            save_judgment(
-                store,
-                Judgment(
-                    turn_id=tid, next_turn_id=tid, prompt_version="t", judge_model_name="j", judge_model_sha256="j",
-                    score_outputs=[], votes=[], reward=rewards[i % len(rewards)], hint_outputs=[],
-                    hint="Say where the number comes from." if hinted else None, enhanced_user=None,
-                    enhanced_prompt_ids=[*prompt, *(rng.randrange(vocab) for _ in range(5))] if hinted else None,
-                    seconds=0.0,
-                ),
-            )  # fmt: skip
-            ids.append(tid)
-        return ids
-    finally:
-        store.close()
+    return fill_judged(db, n, seed=seed, vocab=vocab, sha=sha, rewards=rewards, hint_every=hint_every)
 
 
 def run(home, gguf, config: TrainConfig, **kw) -> tuple[list[int], list[TrainProgress]]:
