@@ -150,9 +150,9 @@ class Learner:
             )
             self.model = get_peft_model(model, lora)
         if gradient_checkpointing is None:
-            # Recomputing activations only pays where they would not fit: on the 135M demo model it made a
-            # step 3.96x slower to save 1.6 GB (bench/sec_train.py, docs/benchmarks.md); a 4B model's
-            # activations at train.token_budget run to many GB, so big bases keep it.
+            # Recomputing activations only pays where they would not fit: a 4B model's activations at
+            # train.token_budget run to many GB; a small base's fit. Its cost on the demo model varied
+            # between suite runs (1.15x and 3.96x the step time, bench/sec_train.py, docs/benchmarks.md).
             gradient_checkpointing = info.n_params >= CHECKPOINT_MIN_PARAMS
         self.gradient_checkpointing = gradient_checkpointing
         if gradient_checkpointing:

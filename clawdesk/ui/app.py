@@ -55,7 +55,7 @@ from clawdesk.ui.widgets import (
     UserMessage,
 )
 
-RENDER_HZ = 10  # most streamed renders per second: tui_decode_ratio 0.79 at 15, 0.98 at 10 (bench/sec_chat.py)
+RENDER_HZ = 10  # most streamed renders per second (docs/benchmarks.md: tui_decode_ratio)
 SIDEBAR_PAGE = 50  # chats the sidebar lists at first and per "… older chats"
 
 
