@@ -267,14 +267,21 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
         "--batch-size",
         str(batch),
     ]  # fmt: skip  -- the command LearningController.maybe_train runs
+    from clawdesk.learn.pause import TrainerPause
+
     phases: list[str] = []
+    pausable: list[bool] = []
     with open(home / "trainer.log", "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
-    reader = threading.Thread(target=_read_phases, args=(proc, phases), daemon=True)
+    reader = threading.Thread(target=_read_phases, args=(proc, phases, pausable), daemon=True)
     reader.start()
-    threads: dict[str, list[int]] = {"idle": [], "busy": []}
-    running = [True]  # the process runs from launch; the app sets the budget busy then
-    engine.threads.set_busy("trainer", True)
+    threads: dict[str, list[int]] = {"idle": [], "busy": [], "busy_unpaused": []}
+    # LearningController's wiring: the budget is "busy" while the process runs, and the chat's gate
+    # stops the trainer while it generates (once the trainer said it may be stopped).
+    pause = TrainerPause([engine.threads])
+    unlisten = service.gate.on_computing(pause.chat_computing)
+    pause.attach(proc)
+    running = [True]
     try:
         # Quick: from the first progress line (torch imported, the base loading: CPU-bound already);
         # full: from scoring/step, where torch computes on its threads.
@@ -282,16 +289,21 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
         deadline = time.monotonic() + 300
         while not wanted & set(phases) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        log(f"trainer: phases so far {phases} (measuring from here)")
+        log(f"trainer: phases so far {phases}, pausable {bool(pausable)} (measuring from here)")
 
-        # LearningController._trainer_busy: the budget is "busy" for as long as the process runs.
-        # Idle rounds stop the process (no trainer CPU) and clear the flag, as if it had ended.
-        def set_running(on: bool) -> None:
+        # Idle rounds stop the process (no trainer CPU) and detach it, as if it had ended; busy rounds
+        # run it as the app does; busy_unpaused rounds run it without the pause (the app before it).
+        def set_running(on: bool, armed: bool = True) -> None:
+            pause.detach()
+            if proc.poll() is not None:
+                return
             if running[0] != on:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGCONT if on else signal.SIGSTOP)
-                engine.threads.set_busy("trainer", on)
+                proc.send_signal(signal.SIGCONT if on else signal.SIGSTOP)
                 running[0] = on
+            if on:
+                pause.attach(proc)
+                if armed and pausable:
+                    pause.arm()
 
         def idle() -> bool:
             set_running(False)
@@ -299,21 +311,28 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
             threads["idle"].append(engine.threads.wanted() or 0)
             return True
 
-        def busy() -> bool:
-            if proc.poll() is not None:
-                return False
-            set_running(True)
-            time.sleep(0.3)
-            threads["busy"].append(engine.threads.wanted() or 0)
-            return proc.poll() is None
+        def busy(kind: str, armed: bool) -> Callable[[], bool]:
+            def prepare() -> bool:
+                if proc.poll() is not None:
+                    return False
+                set_running(True, armed)
+                time.sleep(0.3)
+                threads[kind].append(engine.threads.wanted() or 0)
+                return proc.poll() is None
 
-        ttfts, complete = _interleaved(rounds, service, store, {"idle": idle, "busy": busy})
+            return prepare
+
+        setup = {"idle": idle, "busy": busy("busy", True), "busy_unpaused": busy("busy_unpaused", False)}
+        ttfts, complete = _interleaved(rounds, service, store, setup)
     finally:
-        if running[0]:
-            engine.threads.set_busy("trainer", False)
+        pause.detach()
+        unlisten()
         _stop(proc)
         reader.join(timeout=10)
-    log(f"trainer: ttft idle {_fmt(ttfts['idle'])} ms, busy {_fmt(ttfts['busy'])} ms; phases {phases}")
+    log(
+        f"trainer: ttft idle {_fmt(ttfts['idle'])} ms, busy {_fmt(ttfts['busy'])} ms, without the pause "
+        f"{_fmt(ttfts['busy_unpaused'])} ms; {pause.pauses} pauses; phases {phases}"
+    )
     if not complete:
         log("trainer: the process ended before all busy rounds")
     return {
@@ -322,16 +341,27 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
             "unit": "x",
             "goal": "<= 1.5",
             "what": "chat time to first token while a trainer process runs ÷ idle",
-            "raw": {"ttft_ms": ttfts, "engine_threads": threads, "trainer_phases": phases, "batch_size": batch},
+            "raw": {
+                "ttft_ms": ttfts,
+                "ratio_without_pause": _ratio(ttfts, "busy_unpaused"),
+                "pauses": pause.pauses,
+                "pausable": bool(pausable),
+                "engine_threads": threads,
+                "trainer_phases": phases,
+                "batch_size": batch,
+            },
         }
     }
 
 
-def _read_phases(proc: subprocess.Popen, phases: list[str]) -> None:
+def _read_phases(proc: subprocess.Popen, phases: list[str], pausable: list[bool] | None = None) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
         with contextlib.suppress(json.JSONDecodeError):
-            phase = json.loads(line).get("phase", "")
+            event = json.loads(line)
+            if pausable is not None and event.get("pausable"):
+                pausable.append(True)
+            phase = event.get("phase", "")
             if not phases or phases[-1] != phase:
                 phases.append(phase)
 
@@ -347,10 +377,10 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def _ratio(ttfts: dict[str, list[float]]) -> float | None:
-    if not ttfts["idle"] or not ttfts["busy"]:
+def _ratio(ttfts: dict[str, list[float]], busy: str = "busy") -> float | None:
+    if not ttfts["idle"] or not ttfts.get(busy):
         return None
-    return statistics.median(ttfts["busy"]) / statistics.median(ttfts["idle"])
+    return statistics.median(ttfts[busy]) / statistics.median(ttfts["idle"])
 
 
 def _fmt(values: list[float]) -> str:

@@ -42,6 +42,8 @@ PROMPT, REPLY = 384, 128  # one 512-token sample
 DECODE_PROMPT, DECODE_TOKENS = 64, 32
 GOAL_MB = 8192
 CHILD_TIMEOUT_S = 3600
+SWAP_ROUNDS = 3
+MODES = ("decode", "swap", "nf4", "bf16")
 
 
 def _peak_mb() -> float:
@@ -106,6 +108,42 @@ def child_decode(path: Path) -> dict:
         "prefill_tok_s": DECODE_PROMPT / prefill_s,
         "decode_tok_s": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
         "threads": threads,
+        "peak_rss_mb": _peak_mb(),
+    }
+
+
+def child_swap(path: Path) -> dict:
+    """Reload (the app's Engine.load at its n_ctx) vs hot-swap of a random rank-16 LoRA, interleaved."""
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sec_swap import RANK, time_swaps, write_random_adapter
+
+    from clawdesk.config import ModelConfig
+    from clawdesk.engine import Engine
+    from clawdesk.models import resolve_model
+
+    n_ctx = ModelConfig().n_ctx
+    model = resolve_model(str(path), path.parent, explicit=True)
+    engine = Engine.load(model, sha256="bench", n_ctx=n_ctx)
+    try:
+        adapter = write_random_adapter(engine, path.parent / "adapter.gguf")
+        time_swaps(engine, adapter, 1)  # warm-up: the adapter file into the page cache
+        loads, swaps = [], []
+        for _ in range(SWAP_ROUNDS):
+            started = time.perf_counter()
+            Engine.load(model, sha256="bench", n_ctx=n_ctx).close()
+            loads.append((time.perf_counter() - started) * 1000)
+            swaps += time_swaps(engine, adapter, 2)
+    finally:
+        engine.close()
+    return {
+        "reload_ms": loads,
+        "swap_ms": swaps,
+        "speedup": statistics.median(loads) / statistics.median(swaps),
+        "rank": RANK,
+        "adapter_mb": adapter.stat().st_size / 2**20,
+        "n_ctx": n_ctx,
         "peak_rss_mb": _peak_mb(),
     }
 
@@ -185,7 +223,7 @@ def default_mode(n_params: int) -> str:
     return "bf16" if dtype == torch.bfloat16 else "fp32"
 
 
-def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
+def measure(quick: bool, log: Callable[[str], None], modes_wanted: tuple[str, ...] = MODES) -> dict[str, dict]:
     from clawdesk.learn.gguf_weights import gguf_param_count
 
     n_layers = 2 if quick else QWEN3_4B["n_layers"]
@@ -196,14 +234,12 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
         raw["file"] = write_model(path, n_layers)
         raw["n_params"] = gguf_param_count(path)
         log(f"  {raw['file']['file_mb']:.0f} MB, {raw['n_params'] / 1e9:.2f} B weights, {raw['file']['write_s']:.0f} s")
-        modes = {}
-        for mode in ("decode", "nf4", "bf16"):
-            modes[mode] = _run_child(path, mode, log)
+        modes = {mode: _run_child(path, mode, log) for mode in MODES if mode in modes_wanted}
     raw["modes"] = modes
     # bf16 unless the fp32 weights (16 GB) fit in half the available RAM: fp32 is not measured here.
     raw["default_mode"] = default_mode(raw["n_params"])
-    chosen = modes["bf16"]
-    return {
+    chosen = modes.get("bf16", {})
+    results = {
         "model4b_train_peak_rss_mb": {
             "value": chosen.get("peak_rss_mb"),
             "unit": "MB",
@@ -215,31 +251,45 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
             "value": chosen.get("step_total_s"),
             "unit": "s",
             "goal": "",
-            "raw": {mode: modes[mode] for mode in ("bf16", "nf4")},
+            "raw": {mode: modes.get(mode, {}) for mode in ("bf16", "nf4")},
             "what": "scoring + one optimizer pass on one 512-token sample, Qwen3-4B-shaped, CPU",
         },
         "model4b_decode_tok_s": {
-            "value": modes["decode"].get("decode_tok_s"),
+            "value": modes.get("decode", {}).get("decode_tok_s"),
             "unit": "tok/s",
             "goal": "",
-            "raw": modes["decode"],
+            "raw": modes.get("decode", {}),
             "what": f"llama.cpp greedy decode of the Qwen3-4B-shaped {QTYPE} file, all cores",
         },
+        "model4b_swap_speedup": {
+            "value": modes.get("swap", {}).get("speedup"),
+            "unit": "x",
+            "goal": ">= 10",
+            "raw": modes.get("swap", {}),
+            "what": "Qwen3-4B-shaped: full reload (the app's n_ctx) ÷ hot-swap of a rank-16 LoRA",
+        },
     }
+    needs = {"model4b_decode_tok_s": "decode", "model4b_swap_speedup": "swap"}  # the rest: the training modes
+    return {key: r for key, r in results.items() if needs.get(key, "bf16") in modes_wanted}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 layers instead of 36 (a smoke run)")
-    parser.add_argument("--child", choices=["decode", "bf16", "nf4"], help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"which of {', '.join(MODES)} to run (default: all)")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--gguf", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         path = Path(args.gguf)
-        result = child_decode(path) if args.child == "decode" else child_train(path, args.child)
+        children = {"decode": child_decode, "swap": child_swap}
+        result = children[args.child](path) if args.child in children else child_train(path, args.child)
         print(json.dumps(result))
         return
-    results = measure(args.quick, lambda line: print(line, flush=True))
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes takes some of {', '.join(MODES)}, got {args.modes!r}")
+    results = measure(args.quick, lambda line: print(line, flush=True), modes)
     for key, result in results.items():
         value = result["value"]
         shown = "—" if value is None else f"{value:.1f}"

@@ -20,45 +20,66 @@ def lora_state(meta: dict[str, str], rank: int) -> dict:
     """A random rank-``rank`` PEFT LoRA state dict over all seven projections, shaped from the GGUF's metadata."""
     import numpy as np
 
-    arch = meta["general.architecture"]
-    hidden, ffn = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.feed_forward_length"])
-    heads, kv_heads = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
-    kv = hidden // heads * kv_heads
-    shapes = {"q_proj": (hidden, hidden), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (hidden, hidden),
-              "gate_proj": (hidden, ffn), "up_proj": (hidden, ffn), "down_proj": (ffn, hidden)}  # fmt: skip
+    from clawdesk.learn.adapter_files import KIND_OF_MODULE, BaseDims
+
+    dims = BaseDims.from_metadata(meta)
+    if dims is None:
+        raise ValueError("the GGUF's metadata does not give the layer sizes")
     rng = np.random.default_rng(0)
     state = {}
-    for i in range(int(meta[f"{arch}.block_count"])):
-        for name, (d_in, d_out) in shapes.items():
-            group = "mlp" if name in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+    for i in range(dims.n_layer):
+        for name, kind in KIND_OF_MODULE.items():
+            d_in, d_out = dims.in_out(kind)
+            group = "mlp" if kind.startswith("ffn") else "self_attn"
             key = f"base_model.model.model.layers.{i}.{group}.{name}"
             state[f"{key}.lora_A.weight"] = rng.normal(0, 0.02, (rank, d_in)).astype(np.float32)
             state[f"{key}.lora_B.weight"] = rng.normal(0, 0.02, (d_out, rank)).astype(np.float32)
     return state
 
 
+def write_random_adapter(engine, path: Path, rank: int = RANK) -> Path:
+    """A random rank-``rank`` GGUF LoRA for ``engine``'s base at ``path``."""
+    from clawdesk.learn.gguf_lora import write_gguf_lora
+
+    meta = engine.llm.metadata
+    arch = meta["general.architecture"]
+    return write_gguf_lora(
+        lora_state(meta, rank),
+        path,
+        arch=arch,
+        alpha=2 * rank,
+        rank=rank,
+        n_head=int(meta[f"{arch}.attention.head_count"]),
+        n_head_kv=int(meta[f"{arch}.attention.head_count_kv"]),
+    )
+
+
+def time_swaps(engine, adapter: Path, n: int) -> list[float]:
+    """ms of ``n`` hot-swaps of ``adapter`` into ``engine`` (each followed by turning it off again)."""
+    swaps = []
+    for i in range(n):
+        t = time.perf_counter()
+        engine.load_adapter(adapter, i + 1)
+        swaps.append((time.perf_counter() - t) * 1000)
+        engine.clear_adapter()
+    return swaps
+
+
 def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
+    from clawdesk.config import ModelConfig
     from clawdesk.engine import Engine
     from clawdesk.learn.adapter_files import BaseDims, check_gguf_lora
-    from clawdesk.learn.gguf_lora import write_gguf_lora
     from clawdesk.models import DEMO_NAME, resolve_model
 
     n_loads, n_swaps = (3, 5) if quick else (5, 15)
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
+    n_ctx = ModelConfig().n_ctx  # the app's context size, for the served engine and the reload alike
     with tempfile.TemporaryDirectory(prefix="clawdesk-bench-swap-") as tmp:
-        engine = Engine.load(model, sha256="bench", n_ctx=1024)
+        engine = Engine.load(model, sha256="bench", n_ctx=n_ctx)
         try:
             meta = engine.llm.metadata
             arch = meta["general.architecture"]
-            adapter = write_gguf_lora(
-                lora_state(meta, RANK),
-                Path(tmp) / "adapter.gguf",
-                arch=arch,
-                alpha=2 * RANK,
-                rank=RANK,
-                n_head=int(meta[f"{arch}.attention.head_count"]),
-                n_head_kv=int(meta[f"{arch}.attention.head_count_kv"]),
-            )
+            adapter = write_random_adapter(engine, Path(tmp) / "adapter.gguf")
             adapter_bytes = adapter.stat().st_size
             engine.load_adapter(adapter, 1)  # warm-up: page cache for the adapter file
             engine.clear_adapter()
@@ -68,14 +89,11 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
             for i in range(max(n_loads, n_swaps)):
                 if i < n_loads:
                     t = time.perf_counter()
-                    other = Engine.load(model, sha256="bench", n_ctx=1024)
+                    other = Engine.load(model, sha256="bench", n_ctx=n_ctx)
                     loads.append((time.perf_counter() - t) * 1000)
                     other.close()
                 if i < n_swaps:
-                    t = time.perf_counter()
-                    engine.load_adapter(adapter, i + 1)
-                    swaps.append((time.perf_counter() - t) * 1000)
-                    engine.clear_adapter()
+                    swaps += time_swaps(engine, adapter, 1)
                     # The Python-side file check alone: load_adapter runs it before taking the engine
                     # lock, so only the rest (llama.cpp init + set + KV reset) can delay a reply.
                     t = time.perf_counter()
@@ -96,6 +114,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
         "swap_under_lock_ms_median": swap_ms - check_ms,  # what a reply waiting for the engine could notice
         "rank": RANK,
         "adapter_bytes": adapter_bytes,
+        "n_ctx": n_ctx,
     }
     return {
         "swap_speedup": {

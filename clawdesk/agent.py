@@ -150,7 +150,7 @@ class AgentService(ChatService):
         run = _Run(self, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature)
         # Headless with no consent given: calls whose policy is `ask` are denied (and recorded).
         run.consent = consent or Consent()
-        with self.gate:
+        with self.gate, self.engine.chat_turn():
             return run.serve()
 
 
@@ -210,7 +210,9 @@ class _Run:
                 stopped = "context"
                 break
             self.emit(StepStarted(idx))
-            reply = self.engine.generate(prompt.token_ids, self.params, cancel=self.cancel, on_delta=self._text(idx))
+            with self.service.gate.computing():
+                on_delta = self._text(idx)
+                reply = self.engine.generate(prompt.token_ids, self.params, cancel=self.cancel, on_delta=on_delta)
             if reply.status == "cancelled":  # a cut reply's calls are not run: the model had not finished them
                 outcomes.append(StepOutcome(reply, prompt))
                 break

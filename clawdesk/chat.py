@@ -85,7 +85,7 @@ class ChatService:
         temperature: float | None = None,
     ) -> TurnResult:
         text = clean_message(text, self.chat.max_message_chars)
-        with self.gate:
+        with self.gate, self.engine.chat_turn():
             return self._serve(store, session_id, text, thinking, cancel, on_delta, temperature)
 
     def _serve(self, store, session_id, text, thinking, cancel, on_delta, temperature) -> TurnResult:
@@ -100,7 +100,8 @@ class ChatService:
             top_p=self.chat.top_p,
             max_tokens=self.chat.max_reply_tokens,
         )
-        reply = self.engine.generate(prompt.token_ids, params, cancel=cancel, on_delta=on_delta)
+        with self.gate.computing():
+            reply = self.engine.generate(prompt.token_ids, params, cancel=cancel, on_delta=on_delta)
         ident = self.engine.identity
         turn_id = store.add_turn(
             session_id,

@@ -10,11 +10,9 @@ knowing) or ``fail`` (something is broken; ``fix`` says what to do).
 from __future__ import annotations
 
 import importlib.util
-import mmap
 import os
 import shutil
 import sqlite3
-import struct
 import subprocess
 import sys
 import time
@@ -218,74 +216,24 @@ def _served_model(config: Config, cli_model: str | None, conn) -> tuple[Check, M
     return Check("model", "ok", detail), facts
 
 
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
 def read_gguf_header(path: Path) -> tuple[dict[str, Any], int]:
     """A GGUF's scalar metadata and parameter count, checking that the file holds all its tensor data.
 
-    Hand-rolled because ``gguf.GGUFReader`` materialises every tokenizer string (seconds for a
-    150k vocabulary); arrays are skipped here. Raises :class:`ModelError` on a damaged header.
+    Arrays (the tokenizer's) are skipped (:mod:`clawdesk.learn.gguf_header`). Raises
+    :class:`ModelError` on a damaged or truncated file.
     """
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from clawdesk.learn.gguf_header import HeaderError, read_header
 
     try:
-        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = 4
-
-            def take(fmt: str):
-                nonlocal pos
-                (value,) = struct.unpack_from(fmt, buf, pos)
-                pos += struct.calcsize(fmt)
-                return value
-
-            def string() -> str:
-                nonlocal pos
-                n = take("<Q")
-                pos += n
-                return bytes(buf[pos - n : pos]).decode("utf-8", "replace")
-
-            def value(kind: int):
-                nonlocal pos
-                if kind == 8:
-                    return string()
-                if kind == 9:  # array: skipped
-                    item, n = take("<I"), take("<Q")
-                    if item in _SCALAR:
-                        pos += n * struct.calcsize(_SCALAR[item])
-                    else:
-                        for _ in range(n):
-                            value(item)
-                    return None
-                return take(_SCALAR[kind])
-
-            version, n_tensors, n_kv = take("<I"), take("<Q"), take("<Q")
-            meta: dict[str, Any] = {}
-            for _ in range(n_kv):
-                key = string()
-                meta[key] = value(take("<I"))
-            n_params, data_end = 0, 0
-            for _ in range(n_tensors):
-                string()
-                dims = [take("<Q") for _ in range(take("<I"))]
-                kind, offset = take("<I"), take("<Q")
-                n = 1
-                for d in dims:
-                    n *= d
-                block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
-                n_params += n
-                data_end = max(data_end, offset + n // block * size)
-            align = int(meta.get("general.alignment") or 32)
-            data_start = -(-pos // align) * align
-            file_size = len(buf)
-    except (OSError, ValueError, KeyError, struct.error, IndexError) as exc:
+        header = read_header(path)
+    except (OSError, HeaderError) as exc:
         raise ModelError(f"{path} has a damaged GGUF header ({type(exc).__name__}: {exc})") from exc
-    if data_start + data_end > file_size:
+    if header.data_end > header.file_size:
         raise ModelError(
-            f"{path} is truncated: its tensors need {(data_start + data_end) / GB:.2f} GB, the file has "
-            f"{file_size / GB:.2f} GB (GGUF v{version})"
+            f"{path} is truncated: its tensors need {header.data_end / GB:.2f} GB, the file has "
+            f"{header.file_size / GB:.2f} GB (GGUF v{header.version})"
         )
-    return meta, n_params
+    return header.fields, sum(t.n_elements for t in header.tensors)
 
 
 # -- adapters ----------------------------------------------------------------------------------------

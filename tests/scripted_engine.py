@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clawdesk.engine import Delta, Engine, ModelIdentity, Reply, SamplingParams
+from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, in_thinking, split_thinking
 
 # ChatML with Qwen3's switch: thinking off pre-fills an empty think block, as Qwen3's template does.
@@ -72,6 +73,7 @@ class ScriptedEngine(Engine):
             name=name, path=Path(f"/scripted/{name}.gguf"), sha256="scripted", arch="scripted", note=note
         )
         self.lock = threading.RLock()
+        self._preempt = Preemption(None)  # no llama.cpp context: chat_turn() is a no-op
         # ``template``: a real one (e.g. Qwen3's, which renders tools and tool results) instead of ChatML.
         source = template or (THINKING_TEMPLATE if thinking else PLAIN_TEMPLATE)
         self.template = ChatTemplate(source, bos_token="", eos_token=EOS)

@@ -333,6 +333,8 @@ def test_subprocess_prints_json_progress_lines(tiny_gguf, home, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    # First: whether the app may pause it (Linux: the kernel continues it if the app dies).
+    assert lines.pop(0) == {"phase": "starting", "pausable": sys.platform.startswith("linux")}
     assert all(set(line) == {"phase", "step", "steps", "message", "metrics"} for line in lines)
     assert lines[0]["phase"] == "loading" and lines[-1]["phase"] == "done"
     assert any(line["phase"] == "step" and "loss" in line["metrics"] for line in lines)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.engine.kv_keep import ChatKVKeeper
+from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, Exchange, Prompt, build_messages, in_thinking, split_thinking
 from clawdesk.errors import AdapterError, InputError, ModelError
 from clawdesk.models import ResolvedModel, check_gguf
@@ -96,8 +97,9 @@ class ThreadBudget:
     """How many threads one engine's llama.cpp context may use now.
 
     "Busy" means other work computes on the CPU *at the same time as* this engine could: the
-    trainer process (it never yields, so while it runs the engine drops to
-    :func:`default_threads`), and a judge running on a *different* engine (``judge.model``) while
+    trainer process while it runs and is not stopped (the app stops it while the chat generates,
+    :mod:`clawdesk.learn.pause`, so a reply gets every core; in between, judge work on this engine
+    drops to :func:`default_threads`), and a judge running on a *different* engine (``judge.model``) while
     it is inside a native call (the ChatGate stops it at its next token or prompt chunk once the
     chat starts, so that overlap is short, but during it both would fight for every core). A judge
     on this same engine is not "busy": it runs on this very context under ``Engine.lock``, so it
@@ -169,6 +171,7 @@ class Engine:
         self.adapter_version: int | None = None
         self._adapter_applied = False  # whether the context currently has the adapter set
         self._kv = ChatKVKeeper()  # the chat's KV prefix, kept while the judge uses the context
+        self._preempt = Preemption(llm)  # a chat call stops the judge's native call (engine/preempt.py)
         self._evaluated = 0  # prompt tokens the last call evaluated
 
     # -- loading --------------------------------------------------------------------------
@@ -352,7 +355,8 @@ class Engine:
         def stopped() -> bool:
             return bool((cancel is not None and cancel.is_set()) or (stop_when is not None and stop_when()))
 
-        with self.lock:
+        side = not use_adapter if side is None else side
+        with self._holding(side, interruptible=stop_when is not None):
             started = time.monotonic()
             ids = list(prompt_ids) + list(resume_ids)
             self._prepare_cache(ids, use_adapter, side)
@@ -381,8 +385,9 @@ class Engine:
                     temp=params.temperature,
                     grammar=self._grammar(grammar) if grammar else None,
                 )
+                preempted = self._preempt.preemptions
                 try:
-                    for tok in gen:
+                    for tok in self._until_preempted(gen):
                         if first_at is None:
                             first_at = time.monotonic()
                         reply_ids.append(int(tok))
@@ -399,6 +404,9 @@ class Engine:
                             status = "cancelled"
                             break
                         self._apply_threads()  # the trainer may have started or stopped meanwhile
+                    else:  # llm.generate never ends by itself: a chat call stopped it inside llama_decode
+                        if self._preempt.preemptions != preempted:
+                            status = "cancelled"
                 finally:
                     gen.close()
             finished = time.monotonic()
@@ -444,7 +452,8 @@ class Engine:
 
         if not prompt_ids or any(not c for c in continuations):
             raise InputError("continuation_logprobs needs a prompt and non-empty continuations")
-        with self.lock:
+        side = not use_adapter if side is None else side
+        with self._holding(side, interruptible=stop_when is not None):
             ids = list(prompt_ids)
             self._prepare_cache(ids, use_adapter, side)
             if len(ids) + max(len(c) for c in continuations) > self.n_ctx:
@@ -469,7 +478,13 @@ class Engine:
                     chunk = fed[start : start + llm.n_batch]
                     llm._ctx.kv_cache_seq_rm(-1, base + start, -1)
                     llm._batch.set_batch(batch=chunk, n_past=base + start, logits_all=True)
-                    llm._ctx.decode(llm._batch)
+                    try:
+                        llm._ctx.decode(llm._batch)
+                    except RuntimeError as exc:
+                        if not self._preempt.stopped_by_us(exc):
+                            raise
+                        llm.n_tokens = base  # llama.cpp removed the aborted positions; the prompt stays
+                        return None
                     targets = cont[start + 1 : start + 1 + len(chunk)]
                     total += sum(float(logprobs_at(j)[tok]) for j, tok in enumerate(targets))
                 out.append(total)
@@ -534,9 +549,54 @@ class Engine:
             if stopped():
                 return False
             self._apply_threads()
-            llm.eval(ids[start : start + chunk])
+            try:
+                llm.eval(ids[start : start + chunk])
+            except RuntimeError as exc:
+                if not self._preempt.stopped_by_us(exc):
+                    raise
+                return False  # llama.cpp dropped the aborted chunk's KV; n_tokens still ends before it
             self._evaluated += len(ids[start : start + chunk])
         return True
+
+    @contextlib.contextmanager
+    def chat_turn(self) -> Iterator[None]:
+        """Held by the chat for a whole turn, from "sent": interruptible side work (the judge) that
+        holds the engine stops inside its native call now, so the chat's first lock (tokenizing its
+        prompt) does not wait for it. The chat's own calls clear the request before they compute."""
+        self._preempt.request()
+        try:
+            yield
+        finally:
+            self._preempt.clear()
+
+    @contextlib.contextmanager
+    def _holding(self, side: bool, *, interruptible: bool) -> Iterator[None]:
+        """Hold the engine for one call. A chat call first asks interruptible side work that holds
+        it (the judge: it passes ``stop_when``) to stop inside its native call (engine/preempt.py)."""
+        if not side:
+            self._preempt.request()
+        with self.lock:
+            outer = self._preempt.side_running
+            if not side:
+                self._preempt.clear()
+            self._preempt.side_running = side and interruptible
+            try:
+                yield
+            finally:
+                self._preempt.side_running = outer
+
+    def _until_preempted(self, gen: Iterator[int]) -> Iterator[int]:
+        """``gen``'s tokens, ending quietly when a chat call aborted its ``llama_decode``."""
+        try:
+            yield from gen
+        except RuntimeError as exc:
+            if not self._preempt.stopped_by_us(exc):
+                raise
+
+    @property
+    def preemptions(self) -> int:
+        """Side calls a chat call stopped inside llama.cpp so far (for tests and the bench)."""
+        return self._preempt.preemptions
 
     # -- adapters -------------------------------------------------------------------------
 

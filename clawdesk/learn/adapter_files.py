@@ -155,40 +155,38 @@ def check_gguf_lora(
 
     ``arch``/``dims`` (the served base's, when known) are checked too. Raises :class:`AdapterError`.
     """
-    import gguf
+    from clawdesk.learn.gguf_header import HeaderError, read_header
 
     path = Path(path)
     head = _magic(path, 4, fix)
     if head != GGUF_MAGIC:
         raise _refuse(path, f"is not a GGUF file (it starts with {head!r}, not b'GGUF'); it was not loaded", fix)
     try:
-        reader = gguf.GGUFReader(path)
-        fields = {key: reader.get_field(key) for key in ("general.type", "adapter.type", "adapter.lora.alpha")}
-        values = {key: None if f is None else f.contents() for key, f in fields.items()}
-        arch_field = reader.get_field("general.architecture")
-        file_arch = None if arch_field is None else arch_field.contents()
-        tensors = [(t.name, [int(x) for x in t.shape], int(t.n_elements), int(t.data.size)) for t in reader.tensors]
-    except Exception as exc:  # gguf's reader raises ValueError, IndexError, KeyError... on bad bytes: all mean damaged
-        raise _refuse(path, f"is damaged or truncated (GGUF reader: {type(exc).__name__}: {exc})", fix) from exc
+        header = read_header(path)
+    except (HeaderError, OSError) as exc:
+        raise _refuse(path, f"is damaged or truncated (GGUF header: {exc})", fix) from exc
+    values = {key: header.fields.get(key) for key in ("general.type", "adapter.type", "adapter.lora.alpha")}
+    file_arch = header.fields.get("general.architecture")
     if values["general.type"] != "adapter" or values["adapter.type"] != "lora":
         raise _refuse(path, "is a GGUF but not a LoRA adapter (general.type / adapter.type)", fix)
     alpha = values["adapter.lora.alpha"]
-    if not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise _refuse(path, "has no valid adapter.lora.alpha", fix)
     if arch is not None and file_arch != arch:
         raise _refuse(path, f"is a LoRA for a {file_arch!r} model but the served base is {arch!r}", fix)
     pairs: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
-    for name, shape, n_elements, n_read in tensors:
-        match = _GGUF_NAME.match(name)
-        if not match or match["kind"] not in KIND_OF_MODULE.values() or len(shape) != 2:
-            raise _refuse(path, f"has an unexpected tensor {name!r} {shape}; it is not a ClawDesk LoRA", fix)
-        if n_read != n_elements:
-            raise _refuse(path, f"is truncated (tensor {name} has {n_read} of {n_elements} values)", fix)
+    for t in header.tensors:
+        match = _GGUF_NAME.match(t.name)
+        if not match or match["kind"] not in KIND_OF_MODULE.values() or len(t.dims) != 2:
+            raise _refuse(path, f"has an unexpected tensor {t.name!r} {list(t.dims)}; it is not a ClawDesk LoRA", fix)
+        if t.n_present != t.n_bytes:
+            problem = f"is damaged or truncated (tensor {t.name} has {t.n_present} of {t.n_bytes} bytes)"
+            raise _refuse(path, problem, fix)
         # ggml ne order: lora_a is [in, r], lora_b is [r, out].
-        pairs.setdefault((int(match["layer"]), match["kind"]), {})[match["ab"]] = (shape[0], shape[1])
+        pairs.setdefault((int(match["layer"]), match["kind"]), {})[match["ab"]] = (t.dims[0], t.dims[1])
     rank = _check_pairs(path, pairs, fix)
     _check_dims(path, pairs, dims, fix)
-    return {"arch": file_arch, "alpha": float(alpha), "rank": rank, "n_tensors": len(tensors)}
+    return {"arch": file_arch, "alpha": float(alpha), "rank": rank, "n_tensors": len(header.tensors)}
 
 
 def _safetensors_shapes(path: Path, fix: str) -> dict[str, list[int]]:

@@ -54,66 +54,15 @@ class TensorEntry(NamedTuple):
     start: int  # byte offset of the data in the file
 
 
-# GGUF metadata value types by id: fixed sizes; 8 is a string, 9 an array.
-_FIXED = {0: 1, 1: 1, 7: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY, _UINT32 = 8, 9, 4
-
-
 def read_tensor_table(path: Path) -> list[TensorEntry]:
-    """The tensor table of a GGUF, read straight from the header (memory-mapped, no tensor data read).
+    """The tensor table of a GGUF, read straight from the header (no tensor data read)."""
+    from clawdesk.learn.gguf_header import HeaderError, read_header
 
-    ``gguf.GGUFReader`` builds a numpy view per metadata array item: seconds for a 151k-token
-    vocabulary, and transformers' config reader has already paid that once.
-    """
-    import mmap
-    import struct
-
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        if data[:4] != b"GGUF":
-            raise TrainError(f"{path} is not a GGUF file (no GGUF magic); point the trainer at the served model.")
-        n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
-        pos, alignment = 24, 32
-
-        def string() -> str:
-            nonlocal pos
-            (n,) = struct.unpack_from("<Q", data, pos)
-            pos += 8 + n
-            return data[pos - n : pos].decode("utf-8", "replace")
-
-        def skip(kind: int) -> None:
-            nonlocal pos
-            if kind in _FIXED:
-                pos += _FIXED[kind]
-            elif kind == _STRING:
-                string()
-            elif kind == _ARRAY:
-                item, count = struct.unpack_from("<IQ", data, pos)
-                pos += 12
-                if item in _FIXED:
-                    pos += _FIXED[item] * count
-                else:
-                    for _ in range(count):
-                        skip(item)
-            else:
-                raise TrainError(f"{path}: unknown GGUF metadata type {kind}; the file is damaged or too new.")
-
-        for _ in range(n_kv):
-            key = string()
-            (kind,) = struct.unpack_from("<I", data, pos)
-            pos += 4
-            if key == "general.alignment" and kind == _UINT32:
-                (alignment,) = struct.unpack_from("<I", data, pos)
-            skip(kind)
-        rows = []
-        for _ in range(n_tensors):
-            name = string()
-            (n_dims,) = struct.unpack_from("<I", data, pos)
-            dims = struct.unpack_from(f"<{n_dims}Q", data, pos + 4)
-            qtype, offset = struct.unpack_from("<IQ", data, pos + 4 + 8 * n_dims)
-            pos += 4 + 8 * n_dims + 12
-            rows.append((name, tuple(reversed(dims)), qtype, offset))
-        data_start = (pos + alignment - 1) // alignment * alignment
-    return [TensorEntry(name, shape, qtype, data_start + offset) for name, shape, qtype, offset in rows]
+    try:
+        header = read_header(path)
+    except HeaderError as exc:
+        raise TrainError(f"{path} is not a readable GGUF ({exc}); point the trainer at the served model.") from exc
+    return [TensorEntry(t.name, t.shape, t.ggml_type, t.start) for t in header.tensors]
 
 
 def gguf_param_count(path: Path) -> int:

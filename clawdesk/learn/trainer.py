@@ -33,6 +33,7 @@ from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.learner import Learner, Stopped
+from clawdesk.learn.pause import continue_if_parent_dies
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
 from clawdesk.store.log import Store, now_iso
 
@@ -307,7 +308,8 @@ def load_learner(
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m clawdesk.learn.trainer``: one JSON object per line on stdout per progress, exit 0 on success.
 
-    Each line is a :class:`TrainProgress` as a dict. A :class:`ClawDeskError` ends the run with the
+    The first line is ``{"phase": "starting", "pausable": <bool>}``; each later line is a
+    :class:`TrainProgress` as a dict. A :class:`ClawDeskError` ends the run with the
     line ``{"phase": "error", "error": <message>, "kind": <class name>}`` and exit code 1. SIGTERM
     stops cleanly at the next micro-batch (the step in progress is dropped).
     """
@@ -333,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # finish cleanly at the next micro-batch
+    # First line: whether the app may stop this process while it serves a reply (clawdesk.learn.pause).
+    out.write(json.dumps({"phase": "starting", "pausable": continue_if_parent_dies()}) + "\n")
+    out.flush()
     try:
         config = _train_config(args.config_home, args.batch_size)
         _limit_threads()

@@ -146,60 +146,15 @@ def qwen3_vocab(vocab_gguf: Path) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
-_INT_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 10: "Q", 11: "q"}
-_STRING, _ARRAY = 8, 9
-
-
 def _gguf_arrays(path: Path, keys: set[str]) -> dict[str, list]:
-    """The string or integer array values of ``keys`` in a GGUF's header.
+    """The string or integer array values of ``keys`` in a GGUF's header (ValueError if missing)."""
+    from clawdesk.learn.gguf_header import read_header
 
-    ``gguf.GGUFReader`` builds a numpy view per array item, ~8 s for this vocab's 300k strings; a
-    plain walk over the little-endian header takes well under a second.
-    """
-    import struct
-
-    data = memoryview(path.read_bytes())
-    if bytes(data[:4]) != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file")
-    (n_kv,) = struct.unpack_from("<Q", data, 16)  # after magic, version and the tensor count
-    pos = 24
-
-    def string() -> str:
-        nonlocal pos
-        (n,) = struct.unpack_from("<Q", data, pos)
-        pos += 8 + n
-        return str(data[pos - n : pos], "utf-8")
-
-    def array() -> list:
-        nonlocal pos
-        kind, count = struct.unpack_from("<IQ", data, pos)
-        pos += 12
-        if kind == _STRING:
-            return [string() for _ in range(count)]
-        if kind == _ARRAY:
-            return [array() for _ in range(count)]
-        values = list(struct.unpack_from(f"<{count}{_INT_FORMATS[kind]}", data, pos)) if kind in _INT_FORMATS else []
-        pos += _SCALAR_SIZES[kind] * count
-        return values
-
-    found: dict[str, list] = {}
-    for _ in range(n_kv):
-        key = string()
-        (kind,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        if kind == _ARRAY:
-            values = array()
-            if key in keys:
-                found[key] = values
-        elif kind == _STRING:
-            string()
-        else:
-            pos += _SCALAR_SIZES[kind]
-    missing = keys - found.keys()
+    fields = read_header(path, arrays=True).fields
+    missing = {key for key in keys if not isinstance(fields.get(key), list)}
     if missing:
         raise ValueError(f"{path} has no {', '.join(sorted(missing))}")
-    return found
+    return {key: fields[key] for key in keys}
 
 
 def write_tiny_qwen3_gguf(

@@ -55,7 +55,12 @@ from clawdesk.ui.widgets import (
     UserMessage,
 )
 
-RENDER_HZ = 10  # most streamed renders per second (docs/benchmarks.md: tui_decode_ratio)
+RENDER_HZ = 10  # most streamed renders per second
+# Most of one core the UI thread may use while a reply streams: every render takes CPU from
+# llama.cpp's threads, so a costly screen (slow machine, long chat) renders less often. On the 2-core
+# dev VM a render costs ~20 ms: 0.1 gives ~5 renders/s and tui_decode_ratio 0.94-0.99 (RENDER_HZ alone
+# at 10/s: 0.80-0.85; 0.15: 8/s, 0.92); see docs/benchmarks.md.
+RENDER_SHARE = 0.1
 SIDEBAR_PAGE = 50  # chats the sidebar lists at first and per "… older chats"
 
 
@@ -119,6 +124,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self._turn: PendingTurn | None = None
         self._last_reply = ""
         self._last_render = 0.0  # time.monotonic() of the last streamed render
+        self._render_cpu = 0.0  # the UI thread's CPU time (time.thread_time()) then
         self._sidebar_rows = SIDEBAR_PAGE  # chats listed in the sidebar; "… older chats" lists another page
 
     # -- layout ---------------------------------------------------------------------------
@@ -351,10 +357,12 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self.post_message(TurnDone(turn, result))
 
     async def on_reply_progress(self, message: ReplyProgress) -> None:
-        # Render at most RENDER_HZ times a second: the UI thread shares the CPU (and the GIL)
-        # with generation, and re-rendering per token roughly halved SmolLM2's speed on 2 cores.
-        # Until the buffer is taken, the worker posts nothing more, so deltas pile up meanwhile.
-        wait = self._last_render + 1 / RENDER_HZ - time.monotonic()
+        # Render at most RENDER_HZ times a second, and only as often as keeps this thread's CPU
+        # under RENDER_SHARE: the UI thread shares the CPU (and the GIL) with generation, and
+        # re-rendering per token roughly halved SmolLM2's speed on 2 cores. Until the buffer is
+        # taken, the worker posts nothing more, so deltas pile up meanwhile.
+        used = time.thread_time() - self._render_cpu  # this thread's CPU since that render began
+        wait = self._last_render + max(1 / RENDER_HZ, used / RENDER_SHARE) - time.monotonic()
         if wait > 0:
             self.set_timer(wait, partial(self._render_progress, message.turn))
         else:
@@ -363,7 +371,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
     async def _render_progress(self, turn: PendingTurn) -> None:
         if turn is not self._turn:
             return  # the turn ended meanwhile; finish() showed the final text
-        self._last_render = time.monotonic()
+        self._last_render, self._render_cpu = time.monotonic(), time.thread_time()
         snap = turn.buffer.take()
         await turn.assistant.show_progress(snap.raw, snap.n_tokens)
         if not turn.cancel.is_set():

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from clawdesk.errors import ClawDeskError
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.service import JudgeEvent, JudgeLoop
+from clawdesk.learn.pause import TrainerPause
 from clawdesk.reload import AdapterSwitch
 from clawdesk.ui.learning_screens import LearnedScreen, LearningScreen
 
@@ -68,6 +69,11 @@ class LearningController:
         self.auto_train = auto_train
         self.state = TrainingState(batch_size=app.config.train.batch_size)
         self._proc: subprocess.Popen | None = None
+        # While the trainer runs every engine of this app (the served one, and the judge's when
+        # judge.model is another GGUF) drops to its share of the cores, and while the chat
+        # generates the trainer is stopped instead (clawdesk.learn.pause).
+        self.pause = TrainerPause(e.threads for e in (self.engine, self.judge.engine))
+        self._unlisten = self.judge.gate.on_computing(self.pause.chat_computing)  # the chat's gate
         self._versions_before = 0
         self.listeners: list[Callable[[TrainingState], None]] = []  # e.g. the learning screen
 
@@ -83,7 +89,9 @@ class LearningController:
 
     def close(self) -> None:
         self.loop.close()
-        # A training step in flight finishes in its own process and is kept on disk.
+        self._unlisten()
+        # A training step in flight finishes in its own process and is kept on disk: never stopped.
+        self.pause.detach()
 
     def _from_thread(self, fn: Callable[..., Any], *args: Any) -> None:
         # RuntimeError: the app has already exited, so there is no screen left to update.
@@ -174,7 +182,7 @@ class LearningController:
         log = open_private(private_dir(self.config.logs_dir) / "trainer.log", "a")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
         log.close()
-        self._trainer_busy(True)
+        self.pause.attach(self._proc)
         self.state.running, self.state.phase, self.state.message = True, "starting", "starting the trainer"
         self._publish()
         self.app.run_worker(self._watch_trainer, thread=True, group="trainer", name="trainer", exit_on_error=False)
@@ -189,20 +197,14 @@ class LearningController:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a stray print from a library; the log has stderr
+            if event.get("pausable"):
+                self.pause.arm()  # its death signal is set: the chat may stop it from now on
             last = event
             self._from_thread(self._train_event, event)
         code = proc.wait()
         # Here, not in _train_finished: the cores are free now, even if the app is already gone.
-        self._trainer_busy(False)
+        self.pause.detach()
         self._from_thread(self._train_finished, code, last)
-
-    def _trainer_busy(self, busy: bool) -> None:
-        """The trainer process computes beside the chat and never yields: while it runs, every
-        engine of this app (the served one, and the judge's when ``judge.model`` is another GGUF)
-        drops to its share of the cores (see :class:`~clawdesk.engine.llama.ThreadBudget`)."""
-        engines = {id(e): e for e in (self.engine, self.judge.engine)}
-        for engine in engines.values():
-            engine.threads.set_busy("trainer", busy)
 
     def _train_event(self, event: dict[str, Any]) -> None:
         s = self.state
