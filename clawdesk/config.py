@@ -140,8 +140,8 @@ class TrainConfig:
         )
         _check(
             isinstance(self.load_in_4bit, bool) or self.load_in_4bit == "auto",
-            f'train.load_in_4bit must be true, false or "auto" (4-bit on CUDA and on a CPU short of RAM), '
-            f"got {self.load_in_4bit!r}",
+            f'train.load_in_4bit must be true, false or "auto" (4-bit on CUDA, and on a CPU when a bf16 '
+            f"step would not fit in 8 GB), got {self.load_in_4bit!r}",
         )
         _check(
             self.base_dtype in BASE_DTYPES,

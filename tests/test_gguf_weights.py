@@ -120,13 +120,21 @@ def test_auto_dtype_follows_available_ram(tiny, monkeypatch):
     assert base_model.load_base(tiny["F32"], device="cpu", base_dtype="float32")[1].dtype == "float32"
 
 
-def test_auto_4bit_on_a_cpu_that_cannot_hold_bf16(tiny, monkeypatch):
+def test_auto_4bit_on_a_cpu_where_a_bf16_step_would_not_fit(tiny, monkeypatch):
     n = gguf_weights.gguf_param_count(tiny["F32"])
-    monkeypatch.setattr(base_model, "_available_ram", lambda: 4 * n)  # bf16 weights = half of it: no 4-bit
+    step = base_model.BF16_STEP_BYTES_PER_WEIGHT * n  # the measured bf16 step peak for this model
+    monkeypatch.setattr(base_model, "_available_ram", lambda: int(2.2 * step))  # under half of it: no 4-bit
     assert not base_model.load_base(tiny["F32"], device="cpu")[1].quantized
-    monkeypatch.setattr(base_model, "_available_ram", lambda: 4 * n - 1)
+    monkeypatch.setattr(base_model, "_available_ram", lambda: int(1.8 * step))
     assert base_model.load_base(tiny["F32"], device="cpu")[1].quantized
     assert not base_model.load_base(tiny["F32"], device="cpu", load_in_4bit=False)[1].quantized
+    # Plenty of RAM, but the step would exceed the budget (a 4B model: 10.5 GB > 8 GB): NF4 in bf16.
+    monkeypatch.setattr(base_model, "_available_ram", lambda: int(100 * step))
+    monkeypatch.setattr(base_model, "CPU_STEP_RAM_BUDGET", int(0.9 * step))
+    info = base_model.load_base(tiny["F32"], device="cpu")[1]
+    assert info.quantized and info.dtype == "bfloat16"
+    monkeypatch.setattr(base_model, "CPU_STEP_RAM_BUDGET", int(1.1 * step))
+    assert base_model.load_base(tiny["F32"], device="cpu")[1].dtype == "float32"  # fits: fp32, not NF4
 
 
 def test_choose_dtype_and_config_validation(tmp_path):

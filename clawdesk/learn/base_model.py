@@ -4,7 +4,8 @@ The adapter must fit the model llama.cpp serves, so the default base is that ver
 transformers and dequantized. On CUDA the base is held in 4-bit NF4 (QLoRA) with bf16 compute (fp16
 on GPUs without native bf16); ``train.device`` and ``train.load_in_4bit`` override both choices. On
 CPU the weights are fp32 while they fit comfortably in the RAM available, else bf16, and NF4 (bitsandbytes'
-CPU kernels) when even bf16 would not fit: that is how a 4B model trains within 8 GB of RAM.
+CPU kernels) when a bf16 step would need more than 8 GB or half the free RAM: that is how a 4B model
+trains within 8 GB of RAM.
 
 transformers refuses a ``quantization_config`` together with ``gguf_file`` (GGUF loading is itself a
 "quantizer" there), so a GGUF base is streamed tensor by tensor on the CPU (:mod:`gguf_weights`)
@@ -29,6 +30,14 @@ log = logging.getLogger(__name__)
 
 # Never quantized: the output head (tied to the embedding in small models) must stay exact.
 _KEEP_FULL = ("lm_head",)
+
+# Peak RSS of one training step per base weight in bf16 on a CPU, measured on the Qwen3-4B-shaped
+# model (docs/benchmarks.md, `python bench/run.py --only model4b`): 10.5-10.6 GB / 4.02 B weights.
+# NF4 measured 5.3-5.5 GB (1.3 bytes per weight) at about the same step time, but loads 40-80 s longer.
+BF16_STEP_BYTES_PER_WEIGHT = 2.6
+# A CPU step stays within this much RAM when NF4 can make it (issue #8: a 4B model within 8 GB,
+# beside the served model), even on a machine that has more to spare.
+CPU_STEP_RAM_BUDGET = 8 * 2**30
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,8 @@ def load_base(
     ``gguf_path`` is the served GGUF: its weights are the base unless ``hf_checkpoint`` names an HF
     checkpoint dir to train on instead (its architecture must match the GGUF's). ``device`` and
     ``load_in_4bit`` take ``train.device`` / ``train.load_in_4bit``: "auto" (or None) = CUDA when
-    available, else CPU; 4-bit on CUDA, and on a CPU whose RAM cannot hold the bf16 weights. Compute
+    available, else CPU; 4-bit on CUDA, and on a CPU where a bf16 step would exceed
+    :data:`CPU_STEP_RAM_BUDGET` or half the free RAM. Compute
     dtype: :func:`compute_dtype`. Status lines
     ("reading ...", "loaded in ...") go to ``on_status`` and the module logger, because loading a
     multi-GB GGUF takes a while. All parameters come back frozen, ``use_cache`` off. ``base_dtype`` is
@@ -124,16 +134,20 @@ def load_base(
         load_in_4bit = device.startswith("cuda")
     dtype = compute_dtype(device)
     if base_dtype != "auto" or not device.startswith("cuda"):
-        from clawdesk.learn.gguf_weights import FP32_RAM_SHARE, choose_dtype, gguf_param_count
+        import torch
+
+        from clawdesk.learn.gguf_weights import choose_dtype, gguf_param_count
 
         needs_count = (base_dtype == "auto" or auto_4bit) and gguf_path.is_file() and not hf_checkpoint
         n_weights = gguf_param_count(gguf_path) if needs_count else 0
         available = _available_ram()
         dtype = choose_dtype(base_dtype, n_params=n_weights, available_bytes=available)
-        # A CPU whose RAM cannot hold even the bf16 weights comfortably trains on NF4 (measured in
-        # docs/benchmarks.md: a 4B model peaks at ~10.8 GB in bf16 and ~5.5 GB in NF4).
-        if auto_4bit and not device.startswith("cuda") and 2 * n_weights > FP32_RAM_SHARE * available:
+        # NF4 on a CPU when a bf16 step would not fit in CPU_STEP_RAM_BUDGET or half the free RAM:
+        # measured on a 4B model, NF4 halves the step's peak at the same step time (it loads slower).
+        if auto_4bit and not device.startswith("cuda") and nf4_on_cpu(n_weights, available):
             load_in_4bit = True
+            if base_dtype == "auto":
+                dtype = torch.bfloat16  # NF4's compute dtype, as measured (not fp32 on a big-RAM machine)
 
     def status(msg: str) -> None:
         log.info(msg)
@@ -177,6 +191,14 @@ def load_base(
         f"on {device} ({'NF4 + ' if info.quantized else ''}{info.dtype})"
     )
     return model, info
+
+
+def nf4_on_cpu(n_weights: int, available_bytes: int) -> bool:
+    """Whether "auto" trains a base of ``n_weights`` in NF4 on a CPU with ``available_bytes`` free."""
+    from clawdesk.learn.gguf_weights import FP32_RAM_SHARE
+
+    room = min(CPU_STEP_RAM_BUDGET, FP32_RAM_SHARE * available_bytes)
+    return BF16_STEP_BYTES_PER_WEIGHT * n_weights > room
 
 
 def _available_ram() -> int:
