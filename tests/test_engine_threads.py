@@ -178,21 +178,29 @@ class _App:
         t.start()
 
 
-def test_the_learning_controller_marks_the_engine_busy_while_the_trainer_process_runs(
-    config, store, engine, monkeypatch, tmp_path
-):
-    release = tmp_path / "release"
+def stand_in_trainer(monkeypatch, release: Path, *, first: dict | None = None) -> None:
+    """The app's trainer launch runs a stand-in: it prints ``first`` (if given), waits for ``release``
+    to exist, then prints the last progress line and exits."""
     real_popen = subprocess.Popen
     stand_in = (
-        "import os, sys, time\n"
+        "import json, os, time\n"
+        f"if {first!r}:\n"
+        f"    print(json.dumps({first!r}), flush=True)\n"
         f"while not os.path.exists({str(release)!r}):\n"
         "    time.sleep(0.01)\n"
-        'print(\'{"phase": "done"}\', flush=True)\n'
+        'print(json.dumps({"phase": "done"}), flush=True)\n'
     )
     monkeypatch.setattr(
         "clawdesk.ui.learning.subprocess.Popen",
         lambda cmd, **kwargs: real_popen([sys.executable, "-c", stand_in], **kwargs),
     )
+
+
+def test_the_learning_controller_marks_the_engine_busy_while_the_trainer_process_runs(
+    config, store, engine, monkeypatch, tmp_path
+):
+    release = tmp_path / "release"
+    stand_in_trainer(monkeypatch, release)
     app = _App(config, store, engine)
     controller = LearningController(app, judge=Judge(engine, config.judge))
     controller.state.ready_samples = 1

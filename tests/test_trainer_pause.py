@@ -82,14 +82,19 @@ def test_an_unarmed_trainer_is_never_stopped(proc):
     pause.detach()
 
 
-def test_detach_continues_a_stopped_trainer(proc):
-    """The app leaving (or the watcher seeing the end) never leaves the process stopped."""
+def _stopped_for_a_reply(proc) -> tuple[ThreadBudget, TrainerPause]:
     budget = ThreadBudget()
     pause = TrainerPause([budget])
     pause.attach(proc)
     pause.arm()
     pause.chat_computing(True)
     assert _wait_state(proc.pid, {"T"}) == "T"
+    return budget, pause
+
+
+def test_detach_continues_a_stopped_trainer(proc):
+    """The app leaving (or the watcher seeing the end) never leaves the process stopped."""
+    budget, pause = _stopped_for_a_reply(proc)
     pause.detach()
     assert _wait_state(proc.pid, {"R", "S"}) in {"R", "S"} and not budget.busy
     pause.chat_computing(False)  # the reply ends after the detach: nothing to continue, budget unchanged
@@ -97,12 +102,7 @@ def test_detach_continues_a_stopped_trainer(proc):
 
 
 def test_a_trainer_that_ends_while_stopped_frees_the_cores(proc):
-    budget = ThreadBudget()
-    pause = TrainerPause([budget])
-    pause.attach(proc)
-    pause.arm()
-    pause.chat_computing(True)
-    assert _wait_state(proc.pid, {"T"}) == "T"
+    budget, pause = _stopped_for_a_reply(proc)
     proc.kill()  # SIGKILL ends a stopped process too
     proc.wait(10)
     pause.chat_computing(False)  # no signal to a reaped pid; the budget is cleared, not set busy
@@ -153,24 +153,13 @@ def test_a_trainer_stopped_by_an_app_that_dies_is_continued_by_the_kernel(tmp_pa
 def test_the_learning_controller_stops_the_trainer_while_the_chat_generates(
     config, store, engine, monkeypatch, tmp_path
 ):
-    from test_engine_threads import _App
+    from test_engine_threads import _App, stand_in_trainer
 
     from clawdesk.judge.runner import Judge
     from clawdesk.ui.learning import LearningController
 
     release = tmp_path / "release"
-    real_popen = subprocess.Popen
-    stand_in = (
-        "import json, os, time\n"
-        f"print(json.dumps({{'phase': 'starting', 'pausable': True}}), flush=True)\n"
-        f"while not os.path.exists({str(release)!r}):\n"
-        "    time.sleep(0.01)\n"
-        f"print(json.dumps({{'phase': 'done'}}), flush=True)\n"
-    )
-    monkeypatch.setattr(
-        "clawdesk.ui.learning.subprocess.Popen",
-        lambda cmd, **kwargs: real_popen([sys.executable, "-c", stand_in], **kwargs),
-    )
+    stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": True})
     app = _App(config, store, engine)
     gate = ChatGate()
     controller = LearningController(app, judge=Judge(engine, config.judge, gate=gate))
