@@ -134,7 +134,7 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
 
     new = train(
         config.db_path, config.adapters_dir, model.path, model.name, sha, train_cfg,
-        steps=args.steps, on_progress=on_progress,
+        steps=args.steps, on_progress=on_progress, system_prompt=config.chat.system_prompt,
     )  # fmt: skip
     bar.done()
     store = open_store(config)

@@ -120,6 +120,10 @@ class TrainConfig:
     beta_kl: float = 0.02
     token_budget: int = 2048  # tokens per micro-batch
     max_logprob_drop: float = 1.0  # validation: held-out mean log-prob may fall by at most this
+    # Validation: perplexity of the guard text set (assets/guard-set.jsonl) with the adapter over the
+    # base's may be at most this; 0 turns the check off. 1.05 is the eval's forgetting goal; see
+    # docs/learning.md for what it does to learning.
+    max_ppl_ratio: float = 1.05
     hf_checkpoint: str = ""  # optional HF checkpoint dir to train on instead of the served GGUF
     # The reward of a tool step (a non-final model call of the agent loop): "stepwise" = the turn's
     # outcome o plus the mean of the step's judge votes (OpenClaw-RL's step-wise reward), "outcome" =
@@ -159,6 +163,10 @@ class TrainConfig:
         _check(self.beta_kl >= 0, "train.beta_kl must be >= 0")
         _check(self.token_budget >= 64, "train.token_budget must be >= 64")
         _check(self.max_logprob_drop > 0, "train.max_logprob_drop must be > 0")
+        _check(
+            self.max_ppl_ratio == 0 or self.max_ppl_ratio >= 1,
+            f"train.max_ppl_ratio must be 0 (no check) or >= 1, got {self.max_ppl_ratio}",
+        )
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ def test_dataclasses_validate_in_post_init():
         ChatConfig(top_p=0)
     with pytest.raises(ValueError):
         TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="max_ppl_ratio"):
+        TrainConfig(max_ppl_ratio=0.9)  # below 1 would reject an unchanged adapter; 0 is "off"
+    assert TrainConfig(max_ppl_ratio=0).max_ppl_ratio == 0
 
 
 def test_home_precedence(tmp_path, monkeypatch):

@@ -74,6 +74,9 @@ def test_a_tiny_combined_run_writes_every_key_and_a_curve(runs):
     assert r["final_score"] == r["scores"][-1][1] and r["best_score"] == max(s for _, s in r["scores"])
     assert all(s in (0.0, 0.5, 1.0) for _, s in r["scores"])  # fractions of the 2 held-out prompts
     assert r["ppl_ratio"] > 0 and r["ppl_ratio"] != 1.0  # a trained adapter changes the neutral set's NLL
+    # The same measurement after every step: the served adapter's ratio then; the last is the final one.
+    assert [n for n, _ in r["ppl_curve"]] == [0, 2, 4] and r["ppl_curve"][0][1] == 1.0
+    assert r["ppl_curve"][-1][1] == pytest.approx(r["ppl_ratio"], rel=1e-9)
     assert r["judge_agreement"] is None  # the oracle is not measured against itself
     assert r["train_s"] > 0 and r["wall_s"] >= r["train_s"] and r["config"]["train"]["epochs"] == 2
     assert (runs / "combined" / "curve.png").read_bytes()[:4] == b"\x89PNG"

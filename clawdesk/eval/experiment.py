@@ -110,6 +110,7 @@ class Experiment:
     on_event: Callable[[EvalEvent], None] = lambda _e: None
     _turns: list[_Turn] = field(default_factory=list)
     _agreement: _Agreement = field(default_factory=_Agreement)
+    _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
 
     def run(self) -> dict[str, Any]:
         from clawdesk.chat import ChatService
@@ -129,6 +130,7 @@ class Experiment:
             base = scorer.score()
             with_hint = scorer.score(hint=True)
             scores: list[list[float]] = [[0, base]]
+            ppl_curve: list[list[float]] = [[0, 1.0]]
             learner, train_s = None, 0.0
             for i in range(opts.interactions):
                 self._interact(service, store, i)
@@ -141,10 +143,19 @@ class Experiment:
                 t0 = time.monotonic()
                 learner, made = self._train(cfg, engine, learner)
                 train_s += time.monotonic() - t0
-                if made:
-                    switch.sync()
-                    self._emit("score", i + 1, opts.interactions, f"scoring adapter v{engine.adapter_version}")
-                    scores.append([i + 1, scorer.score()])
+                if not made:
+                    continue
+                served = engine.adapter_version
+                switch.sync()
+                if engine.adapter_version == served:
+                    # Every new version was rejected: the same weights are served, and greedy replies on a
+                    # fresh cache repeat exactly, so the point is the last one again (not re-scored).
+                    scores.append([i + 1, scores[-1][1]])
+                    ppl_curve.append([i + 1, ppl_curve[-1][1]])
+                    continue
+                self._emit("score", i + 1, opts.interactions, f"scoring adapter v{engine.adapter_version}")
+                scores.append([i + 1, scorer.score()])
+                ppl_curve.append([i + 1, self._ppl_ratio(learner, engine, cfg)["ppl_ratio"]])
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
         finally:
             engine.close()
@@ -167,6 +178,7 @@ class Experiment:
             "interactions_to_target": next((int(n) for n, s in scores if s >= TARGET), None),
             "ppl_ratio": ppl["ppl_ratio"],
             "neutral_nll": ppl,
+            "ppl_curve": ppl_curve,  # [interactions, ppl_ratio of the adapter served then]
             "judge_agreement": self._agreement.result() if opts.effective_judge == "self" else None,
             "n_satisfied": sum(t.satisfied for t in self._turns),
             "wall_s": time.monotonic() - started,
@@ -294,7 +306,7 @@ class Experiment:
 
         made = train(
             cfg.db_path, cfg.adapters_dir, ident.path, ident.name, ident.sha256, cfg.train,
-            on_progress=progress, learner=learner,
+            on_progress=progress, learner=learner, system_prompt=cfg.chat.system_prompt,
         )  # fmt: skip
         return learner, made
 
@@ -302,11 +314,11 @@ class Experiment:
         """exp(mean NLL with the adapter − without) on the shipped neutral Q&A set: 1.0 = no forgetting."""
         from clawdesk.eval.scoring import neutral_pairs
 
-        pairs = neutral_pairs(engine, cfg.chat.system_prompt)
-        self._emit("score", 1, 1, f"general-ability guard on {len(pairs)} neutral replies")
-        with_adapter = learner.logprobs_each(pairs, adapter=True)
-        without = learner.logprobs_each(pairs, adapter=False)
-        n = sum(int(x.numel()) for x in without)
-        nll_a = -sum(float(x.double().sum()) for x in with_adapter) / n
-        nll_b = -sum(float(x.double().sum()) for x in without) / n
+        if self._neutral is None:
+            self._neutral = neutral_pairs(engine, cfg.chat.system_prompt)
+        pairs = self._neutral
+        self._emit("score", 1, 1, f"general ability on {len(pairs)} neutral replies")
+        nll_a = learner.mean_nll(pairs, adapter=True)  # the learner's weights = the newest ready version's
+        nll_b = learner.mean_nll(pairs, adapter=False)
+        n = sum(len(r) for _, r in pairs)
         return {"ppl_ratio": math.exp(nll_a - nll_b), "nll_adapter": nll_a, "nll_base": nll_b, "n_tokens": float(n)}

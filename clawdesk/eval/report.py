@@ -24,24 +24,38 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def _plot(path: Path, runs: list[dict[str, Any]], title: str) -> None:
+    """Held-out score per run; below it, when the runs carry one, the neutral-text perplexity ratio."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    with_ppl = [r for r in runs if r.get("ppl_curve")]
+    if with_ppl:
+        fig, (ax, low) = plt.subplots(2, 1, figsize=(6.4, 5.6), dpi=100, sharex=True, height_ratios=(2, 1))
+    else:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     for r in runs:
         xs, ys = zip(*r["scores"], strict=True)
         ax.plot(xs, ys, marker="o", label=f"{r['method']} ({r['judge']})")
     if runs:
         ax.axhline(runs[0]["with_hint_score"], color="grey", linestyle=":", label="with hint (teacher)")
     ax.axhline(0.8, color="grey", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("interactions")
     ax.set_ylabel("held-out score")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
+    if with_ppl:
+        for r in runs:  # same colour order as above; a run without a curve keeps its colour slot
+            xs, ys = zip(*(r.get("ppl_curve") or [[0, 1.0]]), strict=True)
+            low.plot(xs, ys, marker=".")
+        low.axhline(1.05, color="grey", linestyle="--", linewidth=0.8)
+        low.set_ylabel("ppl ratio")
+        low.grid(alpha=0.3)
+        low.set_xlabel("interactions")
+    else:
+        ax.set_xlabel("interactions")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -172,10 +172,16 @@ class Learner:
         # weights. The weights change only in step() and restore(), which replace the identity.
         self._weights: object = object()
         self._memo: dict[object, dict[tuple[tuple[int, ...], tuple[int, ...]], Any]] = {}
+        self._nll: dict[tuple[object, tuple], float] = {}  # mean_nll per (weights or "base", pairs)
 
     def _new_optimizer(self):
         # No weight decay: it would pull the LoRA towards zero between feedback batches, i.e. slowly forget.
         return self._torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=0.0)
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next optimizer steps (the trainer's guard retries a step at a smaller one)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def snapshot(self) -> list[Any]:
         return _Snapshot([p.detach().clone() for p in self.params], self._weights)
@@ -231,6 +237,20 @@ class Learner:
         total = sum(float(x.double().sum()) for x in each)
         finite = all(bool(self._torch.isfinite(x).all()) for x in each)
         return {"mean": total / n if n else 0.0, "n_tokens": n, "finite": finite}
+
+    def mean_nll(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool) -> float:
+        """Mean negative log-prob per reply token of ``pairs``, with the current adapter or without it.
+
+        Remembered per weights: the base's value (``adapter=False``) for the learner's whole life (the
+        base never changes), the adapter's until the next step or restore.
+        """
+        key = (self._weights if adapter else "base", tuple((tuple(p), tuple(r)) for p, r in pairs))
+        if key not in self._nll:
+            self._nll = {k: v for k, v in self._nll.items() if k[0] in ("base", self._weights)}
+            each = self.logprobs_each(pairs, adapter=adapter)
+            n = sum(int(x.numel()) for x in each)
+            self._nll[key] = -sum(float(x.double().sum()) for x in each) / n if n else 0.0
+        return self._nll[key]
 
     def step(self, samples: Sequence[Sample], ref, teacher, *, stop: Callable[[], bool], on_micro=None):
         """``train.epochs`` optimizer passes over ``samples``; returns the last pass's metrics.

@@ -12,8 +12,9 @@ LoRA), and then, for every full batch of ``train.batch_size`` ready samples:
 2. *step* — :meth:`clawdesk.learn.learner.Learner.step`: ``train.epochs`` AdamW passes over the
    batch in micro-batches of at most ``train.token_budget`` padded tokens, the "old" log-probs frozen
    at the first pass;
-3. *writing* / *validating* — see :mod:`clawdesk.learn.versions`; a version that fails validation
-   is kept as ``'rejected'`` and training goes on from the weights before it.
+3. *writing* / *validating* — see :mod:`clawdesk.learn.versions` (and :mod:`clawdesk.learn.guard`
+   for the general-ability check); a version that fails validation is kept as ``'rejected'`` and
+   training goes on from the weights before it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from pathlib import Path
 from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
 from clawdesk.learn import versions
+from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
+from clawdesk.learn.guard import check as guard_check
 from clawdesk.learn.learner import Learner, Stopped
 from clawdesk.learn.pause import continue_if_parent_dies
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
 from clawdesk.store.log import Store, now_iso
 
 HELDOUT_N = 8  # earlier replies scored before/after each step to catch a collapsing adapter
+# Learning-rate scales a step is tried at until it passes the general-ability guard (see _Run.guarded_step).
+GUARD_LR_SCALES = (1.0, 0.5, 0.25)
 PHASES = ("loading", "scoring", "step", "writing", "validating", "done", "skipped")
 
 
@@ -67,6 +72,7 @@ def train(
     on_progress: Callable[[TrainProgress], None] | None = None,
     stop: threading.Event | None = None,
     learner: Learner | None = None,
+    system_prompt: str = "",
 ) -> list[int]:
     """Train up to ``steps`` versions (None: as many full batches as ready samples allow); return their numbers.
 
@@ -77,7 +83,8 @@ def train(
     step reloads the base); it must hold the weights of the newest ready version, as it does when
     it made them. Without it the base is loaded and the newest ready version continued. Running out
     of memory anywhere in the run (GPU or RAM: loading, scoring, steps, writing, validation) raises one
-    :class:`TrainError` that names the phase and what frees memory.
+    :class:`TrainError` that names the phase and what frees memory. ``system_prompt`` is the chat's
+    (``chat.system_prompt``): the general-ability check renders its texts under it, as the chat would.
     """
     if steps is not None and steps < 1:
         raise TrainError(f"steps must be at least 1, got {steps}.")
@@ -94,7 +101,7 @@ def train(
         with versions.run_lock(Path(adapters_dir)):
             run = _Run(
                 store, Path(adapters_dir), Path(base_gguf), base_name, base_sha256, config, n_steps, emit,
-                stop.is_set if stop is not None else (lambda: False),
+                stop.is_set if stop is not None else (lambda: False), system_prompt=system_prompt,
             )  # fmt: skip
             try:
                 return run.execute(learner)
@@ -148,7 +155,10 @@ class _Run:
     stopped: Callable[[], bool]
     phase: str = "loading"  # the last phase reported: an out-of-memory error names it
     device: str = ""  # where the learner runs, once known (the OOM advice differs for GPU and CPU)
+    system_prompt: str = ""  # the chat's: the guard texts are rendered under it
     planned: set[int] = field(default_factory=set)  # turns of the batches this run intends to train on
+    guard: GuardSet | None = None  # the general-ability check's texts, once loaded
+    guard_skipped: str = ""  # why there is no general-ability check, when there is none
 
     def __post_init__(self) -> None:
         self.device = self.config.device
@@ -166,6 +176,7 @@ class _Run:
         if learner is None:
             learner = load_learner(self.base_gguf, cfg, parent, on_status=lambda msg: self.progress("loading", 0, msg))
         self.device = learner.info.device
+        self.load_guard()
         # Every turn this run means to train on is kept out of the held-out set of every step, so the set
         # stays the same through the run: one step's "after" is then the next one's "before", which the
         # learner has already computed (Learner.mean_logprob memoizes per weights) instead of new replies.
@@ -188,6 +199,17 @@ class _Run:
         summary = ", ".join(f"v{v}" for v in made) or "no version"
         self.progress("done", len(made), f"finished: {summary}", {"versions": float(len(made))})
         return made
+
+    def load_guard(self) -> None:
+        if self.config.max_ppl_ratio == 0:
+            self.guard_skipped = "train.max_ppl_ratio = 0 turns it off"
+            return
+        path = default_guard_path()
+        if not path.is_file():
+            self.guard_skipped = f"no guard text set at {path} (it ships with the source checkout)"
+            self.progress("loading", 0, f"general-ability check skipped: {self.guard_skipped}")
+            return
+        self.guard = load_guard_set(self.base_gguf, path, system_prompt=self.system_prompt)
 
     def intact_parent(self) -> versions.AdapterVersion | None:
         """The newest ready version whose files can be continued from; damaged newer ones are skipped, said aloud.
@@ -229,11 +251,7 @@ class _Run:
         if self.stopped():
             raise Stopped
         snapshot = learner.snapshot()
-        self.phase = "step"  # its first progress line comes after the first micro-batch
-        metrics = learner.step(
-            batch, ref, teacher, stop=self.stopped,
-            on_micro=lambda k, m: self.progress("step", step, f"step {step}/{n}: micro-batch {k}/{m}"),
-        )  # fmt: skip
+        metrics, guard = self.guarded_step(learner, batch, ref, teacher, step, snapshot)
         # Which reward the batch's tool steps got (stepwise o + Σrᵢ/m, or outcome o): the ablation is read from here.
         metrics |= {"step_reward": cfg.step_reward, "n_step_samples": float(sum(s.step_id is not None for s in batch))}
         self.progress(
@@ -255,6 +273,7 @@ class _Run:
         validation = versions.validate(
             self.base_gguf, staged / versions.ADAPTER_GGUF, [*batch[0].prompt_ids[-8:], *batch[0].reply_ids[:8]],
             heldout_ids=[s.turn_id for s in heldout], before=before, after=after, max_drop=cfg.max_logprob_drop,
+            guard=guard,
         )  # fmt: skip
         status = "ready" if validation["passed"] else "rejected"
         record = {
@@ -282,9 +301,44 @@ class _Run:
         if not version.ready:
             learner.restore(snapshot)
         held = {k: v for k, v in validation["heldout"].items() if isinstance(v, float)}
+        if "ppl_ratio" in guard:
+            held["guard_ppl_ratio"] = guard["ppl_ratio"]
         message = f"v{number} {status}" + (f": {version.note}" if version.note else "")
         self.progress("validating", step, message, {"version": float(number), "ready": float(version.ready)} | held)
         return version
+
+    def guarded_step(self, learner: Learner, batch: list[Sample], ref, teacher, step: int, snapshot):
+        """One learner step that keeps the guard texts' perplexity within ``train.max_ppl_ratio``, if it can.
+
+        A backtracking line search on general ability: where the step at ``train.lr`` costs more than
+        allowed, the same step is taken again from the weights before it at each smaller scale of
+        ``GUARD_LR_SCALES``. Returns the kept step's metrics and the guard record (``lr_scale``, the
+        ratio of every try); a step that fails at every scale is left in place for validation to reject.
+        """
+        cfg, n = self.config, self.n_steps
+        tried: list[float] = []
+        for k, scale in enumerate(GUARD_LR_SCALES):
+            if k:
+                learner.restore(snapshot)
+            learner.set_lr(cfg.lr * scale)
+            self.phase = "step"  # its first progress line comes after the first micro-batch
+            metrics = learner.step(
+                batch, ref, teacher, stop=self.stopped,
+                on_micro=lambda i, m: self.progress("step", step, f"step {step}/{n}: micro-batch {i}/{m}"),
+            )  # fmt: skip
+            metrics["lr_scale"] = scale
+            if self.guard is None:
+                return metrics, {"skipped": self.guard_skipped}
+            guard = guard_check(learner, self.guard, cfg.max_ppl_ratio)
+            tried.append(guard["ppl_ratio"])
+            if guard["passed"] or k + 1 == len(GUARD_LR_SCALES):
+                break
+            self.progress(
+                "step", step,
+                f"step {step}/{n}: the guard texts' perplexity rose to {guard['ppl_ratio']:.3f}x the base's "
+                f"(allowed {cfg.max_ppl_ratio:g}x); again at {GUARD_LR_SCALES[k + 1]:g}x the learning rate",
+            )  # fmt: skip
+        return metrics, guard | {"lr_scale": scale, "tried": tried}
 
 
 def load_learner(
@@ -339,10 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write(json.dumps({"phase": "starting", "pausable": continue_if_parent_dies()}) + "\n")
     out.flush()
     try:
-        config = _train_config(args.config_home, args.batch_size)
+        config, system_prompt = _run_config(args.config_home, args.batch_size)
         _limit_threads()
         train(args.db, args.adapters, args.base, args.base_name, args.base_sha, config,
-              steps=args.steps, on_progress=emit, stop=stop)  # fmt: skip
+              steps=args.steps, on_progress=emit, stop=stop, system_prompt=system_prompt)  # fmt: skip
     except ClawDeskError as err:
         out.write(json.dumps({"phase": "error", "error": str(err), "kind": type(err).__name__}) + "\n")
         out.flush()
@@ -352,16 +406,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _train_config(config_home: Path | None, batch_size: int | None) -> TrainConfig:
-    from clawdesk.config import load_config
+def _run_config(config_home: Path | None, batch_size: int | None) -> tuple[TrainConfig, str]:
+    """The ``[train]`` settings and the chat's system prompt (defaults without a config home)."""
+    from clawdesk.config import ChatConfig, load_config
 
-    config = load_config(config_home.expanduser().resolve()).train if config_home else TrainConfig()
+    full = load_config(config_home.expanduser().resolve()) if config_home else None
+    config = full.train if full else TrainConfig()
+    system_prompt = (full.chat if full else ChatConfig()).system_prompt
     if batch_size is not None:
         try:
             config = dataclasses.replace(config, batch_size=batch_size)
         except ValueError as exc:
             raise ConfigError(f"--batch-size {batch_size}: {exc}") from exc
-    return config
+    return config, system_prompt
 
 
 def _limit_threads() -> None:

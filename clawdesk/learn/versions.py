@@ -305,6 +305,7 @@ def validate(
     before: dict[str, Any] | None,
     after: dict[str, Any],
     max_drop: float,
+    guard: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Decide whether a new version may be served; returns the ``validation`` record of its row.
 
@@ -313,7 +314,9 @@ def validate(
     ``{"mean", "n_tokens", "finite"}``) are finite; and the mean log-prob per token of the held-out
     replies fell by at most ``max_drop`` nats against ``before`` (the previous version, or the
     base, on the same replies). Without held-out replies (``before`` None) that last check is
-    skipped and says so. ``passed`` is the verdict, ``problems`` the reasons, for the row's note.
+    skipped and says so. ``guard`` is :func:`clawdesk.learn.guard.check`'s record (or
+    ``{"skipped": why}``): its ``passed`` False rejects the version. ``passed`` is the verdict,
+    ``problems`` the reasons, for the row's note.
     """
     llama = check_in_llama_cpp(base_gguf, adapter_gguf, probe_ids)
     problems = []
@@ -333,13 +336,28 @@ def validate(
             )
     else:
         held["skipped"] = "no earlier replies to hold out yet"
+    guard = guard or {"skipped": "not checked"}
+    if guard.get("passed") is False:
+        problems.append(
+            f"general ability fell: the guard texts' perplexity is {guard['ppl_ratio']:.3f}x the base's (allowed "
+            f"{guard['max_ppl_ratio']:g}x, train.max_ppl_ratio){_scales(guard)}; the adapter drifts from the base"
+        )
     return {
         "passed": not problems,
         "problems": "; ".join(problems),
         "llama_cpp": llama,
         "finite": after["finite"],
         "heldout": held,
+        "guard": guard,
     }
+
+
+def _scales(guard: dict[str, Any]) -> str:
+    """How far the trainer backed off before giving up, when it did (see trainer._Run.guarded_step)."""
+    if len(guard.get("tried", ())) < 2:
+        return ""
+    tried = ", ".join(f"{r:.3f}" for r in guard["tried"])
+    return f" even at {guard['lr_scale']:g}x the learning rate (tries: {tried})"
 
 
 def pause_for_crash_test(point: str) -> None:

@@ -1,0 +1,130 @@
+"""The general-ability guard: does a new adapter version still model ordinary text as the base does?
+
+Owns the guard text set (``assets/guard-set.jsonl``: twelve general questions with plain reference
+answers; none of them is a persona prompt or in the eval's neutral set, so the eval's ``ppl_ratio``
+stays an independent measurement), its tokens under the base GGUF's own tokenizer and chat template,
+and the ratio validation reads::
+
+    ppl_ratio = exp(NLL_adapter − NLL_base)     NLL = mean negative log-prob per reference-answer token
+
+Why it exists: Binary RL with A = reward on a batch whose rewards are all +1 is supervised training
+on the policy's own samples. Once a persona is satisfied most batches look like that, and each one
+sharpens the policy further: on ``no-lists`` the k3 KL to the base climbed 0.05 → 0.31 over five
+such steps and the neutral-text perplexity ratio ended at 2.81 (docs/learning.md). The earlier
+replies the collapse check scores get *more* likely under that drift, so only text the adapter never
+trained on can see it. A version whose ratio exceeds ``train.max_ppl_ratio`` is rejected like any
+failed validation, and training goes on from the version before it.
+
+The trainer has no llama.cpp engine, so the tokens come from the GGUF's vocabulary alone
+(llama.cpp loads it with ``vocab_only``: no weights, no context, ~0.1 s).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clawdesk.engine.prompt import ChatTemplate, build_messages
+from clawdesk.errors import TrainError
+
+GUARD_SET = "guard-set.jsonl"
+RESTORE = "restore it from the source checkout, or set train.max_ppl_ratio = 0 to train without the check"
+
+
+def default_guard_path() -> Path:
+    """``assets/guard-set.jsonl`` of the source checkout (where ``pip install -e .`` runs the app from)."""
+    return Path(__file__).resolve().parents[2] / "assets" / GUARD_SET
+
+
+@dataclass(frozen=True)
+class GuardSet:
+    """The guard texts as (prompt ids, answer ids) pairs, each prompt a single rendered chat turn."""
+
+    path: Path
+    pairs: list[tuple[list[int], list[int]]]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(r) for _, r in self.pairs)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The set's ``{"prompt", "reply"}`` rows; a :class:`TrainError` names the file and line of a bad one."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainError(f"Cannot read the guard text set {path} ({exc}); {RESTORE}.") from exc
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TrainError(f"{path} line {n} is not JSON ({exc.msg}); {RESTORE}.") from exc
+        if not isinstance(row, dict) or not all(_text(row.get(k)) for k in ("prompt", "reply")):
+            raise TrainError(f'{path} line {n} needs non-empty "prompt" and "reply" strings; {RESTORE}.')
+        rows.append(row)
+    if not rows:
+        raise TrainError(f"{path} holds no texts; {RESTORE}.")
+    return rows
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: str = "") -> GuardSet:
+    """Tokenize the guard set with ``base_gguf``'s vocabulary and chat template, each question a first turn
+    under ``system_prompt`` as the chat renders it (an adapter's drift shows most in the context it serves)."""
+    import llama_cpp
+    from llama_cpp import _internals
+
+    path = path or default_guard_path()
+    rows = read_rows(path)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    try:
+        model = _internals.LlamaModel(path_model=str(base_gguf), params=params, verbose=False)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise TrainError(f"llama.cpp could not read the vocabulary of {base_gguf} ({exc}).") from exc
+    try:
+        meta = model.metadata()
+        template = meta.get("tokenizer.chat_template")
+        if not template:
+            raise TrainError(f"{base_gguf} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF.")
+        bos, eos = model.token_bos(), model.token_eos()
+        chat = ChatTemplate(template, bos_token=_piece(model, bos), eos_token=_piece(model, eos))
+        add_bos = str(meta.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
+        pairs = []
+        for row in rows:
+            text = chat.render(build_messages(system_prompt, [], row["prompt"]), thinking=False)
+            prompt = model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+            reply = model.tokenize(row["reply"].encode("utf-8"), add_bos=False, special=False)
+            pairs.append((prompt, reply))
+    finally:
+        model.close()
+    return GuardSet(path, pairs)
+
+
+def _piece(model: Any, token: int) -> str:
+    return model.detokenize([token], special=True).decode("utf-8", errors="replace") if token >= 0 else ""
+
+
+def check(learner: Any, guard: GuardSet, max_ratio: float) -> dict[str, Any]:
+    """The ``validation.guard`` record of the learner's current adapter: ratio, both NLLs, verdict."""
+    import math
+
+    nll_adapter = learner.mean_nll(guard.pairs, adapter=True)
+    nll_base = learner.mean_nll(guard.pairs, adapter=False)
+    ratio = math.exp(nll_adapter - nll_base)
+    return {
+        "ppl_ratio": ratio,
+        "nll_adapter": nll_adapter,
+        "nll_base": nll_base,
+        "n_tokens": guard.n_tokens,
+        "max_ppl_ratio": max_ratio,
+        "passed": ratio <= max_ratio,  # a nan ratio fails
+    }
