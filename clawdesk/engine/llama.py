@@ -24,7 +24,7 @@ from typing import Any
 
 from clawdesk.engine.kv_keep import ChatKVKeeper
 from clawdesk.engine.preempt import Preemption
-from clawdesk.engine.prompt import ChatTemplate, Exchange, Prompt, build_messages, in_thinking, split_thinking
+from clawdesk.engine.prompt import Exchange, Prompt, build_messages, gguf_chat_template, in_thinking, split_thinking
 from clawdesk.errors import AdapterError, InputError, ModelError
 from clawdesk.models import ResolvedModel, check_gguf
 
@@ -156,16 +156,7 @@ class Engine:
         self._grammars: dict[str, object] = {}
         self.identity = identity
         self.lock = threading.RLock()
-        meta = llm.metadata
-        template = meta.get("tokenizer.chat_template")
-        if not template:
-            raise ModelError(
-                f"{identity.path} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF."
-            )
-        bos = _piece(llm, llm.token_bos())
-        eos = _piece(llm, llm.token_eos())
-        self.template = ChatTemplate(template, bos_token=bos, eos_token=eos)
-        self._add_bos = str(meta.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
+        self.template, self._add_bos = gguf_chat_template(llm, llm.metadata, identity.path)
         self._adapter = None  # llama_adapter_lora_p of the served adapter
         self._adapter_path: Path | None = None
         self.adapter_version: int | None = None
@@ -669,12 +660,6 @@ class Engine:
             self.llm.reset()
         llama_cpp.llama_adapter_lora_free(self._adapter)
         self._adapter, self._adapter_path, self.adapter_version = None, None, None
-
-
-def _piece(llm, token: int) -> str:
-    if token < 0:
-        return ""
-    return llm.detokenize([token], special=True).decode("utf-8", errors="replace")
 
 
 def history_from_turns(turns) -> list[Exchange]:

@@ -82,6 +82,27 @@ class ChatTemplate:
         return self._formatter(messages=messages, **extra).prompt
 
 
+def gguf_chat_template(model: Any, meta: dict[str, Any], source: object) -> tuple[ChatTemplate, bool]:
+    """A loaded GGUF's chat template (with its BOS/EOS texts) and whether its tokenizer adds BOS.
+
+    ``model`` is a llama-cpp-python ``Llama`` or a vocab-only ``_internals.LlamaModel`` (the trainer
+    has no engine); both have ``token_bos``/``token_eos``/``detokenize``. ``meta`` is its GGUF
+    metadata, ``source`` names the file in the error a GGUF without a template gets.
+    """
+    template = meta.get("tokenizer.chat_template")
+    if not template:
+        raise ModelError(f"{source} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF.")
+    bos, eos = _token_text(model, model.token_bos()), _token_text(model, model.token_eos())
+    add_bos = str(meta.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
+    return ChatTemplate(template, bos_token=bos, eos_token=eos), add_bos
+
+
+def _token_text(model: Any, token: int) -> str:
+    if token < 0:
+        return ""
+    return model.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+
 def _template_variables(template: str) -> set[str]:
     import jinja2
     import jinja2.ext

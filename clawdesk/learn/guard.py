@@ -22,11 +22,12 @@ The trainer has no llama.cpp engine, so the tokens come from the GGUF's vocabula
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawdesk.engine.prompt import ChatTemplate, build_messages
+from clawdesk.engine.prompt import build_messages, gguf_chat_template
 from clawdesk.errors import TrainError
 
 GUARD_SET = "guard-set.jsonl"
@@ -91,13 +92,7 @@ def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: 
     except (ValueError, RuntimeError, OSError) as exc:
         raise TrainError(f"llama.cpp could not read the vocabulary of {base_gguf} ({exc}).") from exc
     try:
-        meta = model.metadata()
-        template = meta.get("tokenizer.chat_template")
-        if not template:
-            raise TrainError(f"{base_gguf} has no chat template (tokenizer.chat_template); use a chat/instruct GGUF.")
-        bos, eos = model.token_bos(), model.token_eos()
-        chat = ChatTemplate(template, bos_token=_piece(model, bos), eos_token=_piece(model, eos))
-        add_bos = str(meta.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
+        chat, add_bos = gguf_chat_template(model, model.metadata(), base_gguf)  # as the engine reads it
         pairs = []
         for row in rows:
             text = chat.render(build_messages(system_prompt, [], row["prompt"]), thinking=False)
@@ -109,14 +104,8 @@ def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: 
     return GuardSet(path, pairs)
 
 
-def _piece(model: Any, token: int) -> str:
-    return model.detokenize([token], special=True).decode("utf-8", errors="replace") if token >= 0 else ""
-
-
 def check(learner: Any, guard: GuardSet, max_ratio: float) -> dict[str, Any]:
     """The ``validation.guard`` record of the learner's current adapter: ratio, both NLLs, verdict."""
-    import math
-
     nll_adapter = learner.mean_nll(guard.pairs, adapter=True)
     nll_base = learner.mean_nll(guard.pairs, adapter=False)
     ratio = math.exp(nll_adapter - nll_base)

@@ -28,6 +28,9 @@ MAX_GRAD_NORM = 1.0
 CHECKPOINT_MIN_PARAMS = 1_000_000_000  # bases this big train with gradient checkpointing
 
 
+_BASE = object()  # the ``_memo`` tag of log-probs with the adapter disabled (the base never changes)
+
+
 class Stopped(Exception):
     """The stop event was set; the step in progress is abandoned, nothing is written."""
 
@@ -166,13 +169,13 @@ class Learner:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._torch = torch
         self.optimizer = self._new_optimizer()
-        # Held-out log-probs per (prompt, reply) under the LoRA weights ``_weights`` identifies: a step's
+        # Log-probs per (prompt, reply) under the LoRA weights ``_weights`` identifies (and, tagged _BASE,
+        # with the adapter disabled: the guard's base side, scored once per learner). A step's
         # "after" is the next step's "before" (and, when a version is rejected and restored, the
         # "before" is still valid), so validation never scores the same replies twice under the same
         # weights. The weights change only in step() and restore(), which replace the identity.
         self._weights: object = object()
         self._memo: dict[object, dict[tuple[tuple[int, ...], tuple[int, ...]], Any]] = {}
-        self._nll: dict[tuple[object, tuple], float] = {}  # mean_nll per (weights or "base", pairs)
 
     def _new_optimizer(self):
         # No weight decay: it would pull the LoRA towards zero between feedback batches, i.e. slowly forget.
@@ -225,14 +228,7 @@ class Learner:
 
         Replies already scored under the current weights are not scored again (see ``_memo``).
         """
-        memo = self._memo.setdefault(self._weights, {})
-        for stale in [w for w in self._memo if w is not self._weights][:-1]:  # keep the current and one before
-            del self._memo[stale]
-        keys = [(tuple(s.prompt_ids), tuple(s.reply_ids)) for s in samples]
-        missing = list(dict.fromkeys(k for k in keys if k not in memo))
-        if missing:
-            memo.update(zip(missing, self.logprobs_each(missing), strict=True))
-        each = [memo[k] for k in keys]
+        each = self._remembered([(s.prompt_ids, s.reply_ids) for s in samples], adapter=True)
         n = sum(int(x.numel()) for x in each)
         total = sum(float(x.double().sum()) for x in each)
         finite = all(bool(self._torch.isfinite(x).all()) for x in each)
@@ -241,16 +237,25 @@ class Learner:
     def mean_nll(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool) -> float:
         """Mean negative log-prob per reply token of ``pairs``, with the current adapter or without it.
 
-        Remembered per weights: the base's value (``adapter=False``) for the learner's whole life (the
-        base never changes), the adapter's until the next step or restore.
+        Remembered like :meth:`mean_logprob`; the base's values (``adapter=False``) for the learner's
+        whole life, since the base never changes.
         """
-        key = (self._weights if adapter else "base", tuple((tuple(p), tuple(r)) for p, r in pairs))
-        if key not in self._nll:
-            self._nll = {k: v for k, v in self._nll.items() if k[0] in ("base", self._weights)}
-            each = self.logprobs_each(pairs, adapter=adapter)
-            n = sum(int(x.numel()) for x in each)
-            self._nll[key] = -sum(float(x.double().sum()) for x in each) / n if n else 0.0
-        return self._nll[key]
+        each = self._remembered(pairs, adapter=adapter)
+        n = sum(int(x.numel()) for x in each)
+        return -sum(float(x.double().sum()) for x in each) / n if n else 0.0
+
+    def _remembered(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool) -> list[Any]:
+        """:meth:`logprobs_each` of ``pairs`` through ``_memo``: only pairs not yet scored under these weights run."""
+        tag = self._weights if adapter else _BASE
+        memo = self._memo.setdefault(tag, {})
+        stale = [w for w in self._memo if w is not self._weights and w is not _BASE][:-1]
+        for w in stale:  # keep the base's, the current weights' and the one before
+            del self._memo[w]
+        keys = [(tuple(p), tuple(r)) for p, r in pairs]
+        missing = list(dict.fromkeys(k for k in keys if k not in memo))
+        if missing:
+            memo.update(zip(missing, self.logprobs_each(missing, adapter=adapter), strict=True))
+        return [memo[k] for k in keys]
 
     def step(self, samples: Sequence[Sample], ref, teacher, *, stop: Callable[[], bool], on_micro=None):
         """``train.epochs`` optimizer passes over ``samples``; returns the last pass's metrics.
