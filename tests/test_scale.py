@@ -19,7 +19,7 @@ import pytest
 from scripted_engine import ScriptedEngine
 
 from clawdesk.config import Config
-from clawdesk.learn.samples import _union, count_ready, ready_samples
+from clawdesk.store.samples import _union, count_ready, ready_samples
 from clawdesk.learn.versions import AdapterVersion, list_versions, record_version
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.forget import forget_session, forget_turn

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store.log import Store, _title_from, now_iso
+from clawdesk.store.versions import active_adapter
 
 # Tables keyed by a step of the agent loop (clawdesk.store.steps), whose steps belong to a turn: tool
 # calls (arguments and results: file contents, shell output), step judgments and step samples.
@@ -175,8 +176,7 @@ def _forget(
 ) -> ForgetResult:
     # Asked before deleting: adapter_samples rows cascade away with their turns.
     versions = tuple(trained_on(store, turn_ids + scrub_ids))
-    # The key of clawdesk.reload.ACTIVE_KEY, read here: the store stage does not import the engine.
-    active = store.get_setting("active_adapter")
+    active = active_adapter(store)
     session_ids = session_ids or []
     conn = store.db.conn
     (secure,) = conn.execute("PRAGMA secure_delete").fetchone()
