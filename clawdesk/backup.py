@@ -332,6 +332,14 @@ def _put_in_place(staging: Path, home: Path) -> Path | None:
         for src, dst in reversed(done):
             with contextlib.suppress(OSError):
                 os.rename(dst, src)
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                aside.rmdir()  # only when empty: every old file went back
+        if aside is not None and aside.exists():
+            raise StoreError(
+                f"could not move the restored files into {home} ({exc}), nor all the old ones back: what is "
+                f"missing from {home} is in {aside}; move it back by hand"
+            ) from exc
         raise StoreError(
             f"could not move the restored files into {home} ({exc}); the data dir was left as it was"
         ) from exc
