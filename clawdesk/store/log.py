@@ -33,7 +33,8 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _title_from(text: str) -> str:
+def title_from(text: str) -> str:
+    """A session title made of a chat's first message: one line, cut to ``TITLE_CHARS``."""
     line = " ".join(text.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
@@ -271,7 +272,7 @@ class Store:
                 "INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)",
                 [turn_id, pack_ids(turn.prompt_ids), pack_ids(turn.reply_ids)],
             )
-            title = _title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
+            title = title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
             self.db.execute(
                 "UPDATE sessions SET updated_at = ?, title = coalesce(?, title) WHERE id = ?",
                 [turn.finished_at, title, session_id],
