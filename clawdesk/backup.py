@@ -2,7 +2,8 @@
 
 A backup is one ``.tar.gz`` (created 0600) holding ``manifest.json`` (format version, created_at,
 ClawDesk version, sha256 and size per file), ``clawdesk.db`` (a copy made with SQLite's online
-backup API, so it is consistent while the chat or a training run writes), ``config.toml`` and the
+backup API, so it is consistent while the chat or a training run writes; the SQL is
+:mod:`clawdesk.store.integrity`'s), ``config.toml`` and the
 published adapter versions ``adapters/v<N>/…`` (never ``.staging-*`` dirs or the training lock).
 Pulled models are left out: they are large and ``clawdesk pull`` fetches them again.
 
@@ -24,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import tarfile
 import tempfile
 import zlib
@@ -36,6 +36,9 @@ from typing import Any
 from clawdesk import __version__
 from clawdesk.config import Config
 from clawdesk.errors import DataDirError, InputError, NotFoundError, StoreError
+from clawdesk.store.integrity import copy_database, count_chats, database_problem, rebase_adapter_paths
+
+__all__ = ["BackupResult", "RestoreResult", "copy_database", "create_backup", "restore_backup"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -98,37 +101,6 @@ def create_backup(config: Config, out: Path) -> BackupResult:
         }
         _write_archive(out, manifest, files)
     return BackupResult(out, len(files), out.stat().st_size, tuple(sorted(versions)))
-
-
-def copy_database(src: Path, dst: Path) -> None:
-    """Copy the live database with SQLite's online backup API, then check the copy.
-
-    One backup step under one read snapshot: in WAL mode writers are not blocked meanwhile, and
-    a stepped copy would restart whenever another connection commits.
-    """
-    try:
-        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=10.0)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read the database {src} ({exc})") from exc
-    fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    os.close(fd)
-    target = sqlite3.connect(str(dst))
-    try:
-        source.execute("PRAGMA busy_timeout=10000")
-        source.backup(target)
-        # The copy carries the source's WAL flag; a self-contained file travels better. The app
-        # switches it back to WAL when it opens it.
-        target.execute("PRAGMA journal_mode=DELETE")
-        (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
-    except sqlite3.Error as exc:
-        raise StoreError(
-            f"could not copy the database {src} ({exc}); if it is locked, wait for training to finish and retry"
-        ) from exc
-    finally:
-        target.close()
-        source.close()
-    if verdict != "ok":
-        raise StoreError(f"the database {src} is damaged ({verdict}); no backup was written")
 
 
 def _published_versions(adapters_dir: Path) -> list[Path]:
@@ -198,7 +170,7 @@ def restore_backup(archive: Path, home: Path, *, force: bool = False) -> Restore
     try:
         manifest = _extract_verified(archive, staging)
         versions = _fix_adapter_paths(staging / DB_NAME, home / ADAPTERS, archive)
-        sessions, turns = _count(staging / DB_NAME)
+        sessions, turns = count_chats(staging / DB_NAME)
         moved_aside = _put_in_place(staging, home)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -313,46 +285,19 @@ def _extract_one(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo, o
 
 
 def _check_database(archive: Path, db: Path) -> None:
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise _damaged(archive, f"its {DB_NAME} cannot be read ({exc})") from exc
-    if verdict != "ok":
-        raise _damaged(archive, f"its {DB_NAME} fails PRAGMA integrity_check ({verdict})")
-    if not {"sessions", "turns"} <= tables:
-        raise _damaged(archive, f"its {DB_NAME} is not a ClawDesk database")
+    problem = database_problem(db)
+    if problem is not None:
+        raise _damaged(archive, f"its {DB_NAME} {problem}")
 
 
 def _fix_adapter_paths(db: Path, adapters_dir: Path, archive: Path) -> tuple[int, ...]:
     """Point ``adapters.path`` at ``<restored adapters dir>/v<N>`` for the versions in the backup."""
     restored = {int(p.name[1:]) for p in _published_versions(db.parent / ADAPTERS)}
-    conn = sqlite3.connect(str(db))
     try:
-        with conn:
-            has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'adapters'").fetchone()
-            if has_table:
-                for version in sorted(restored):
-                    conn.execute(
-                        "UPDATE adapters SET path = ? WHERE version = ?", [str(adapters_dir / f"v{version}"), version]
-                    )
-    except sqlite3.Error as exc:
+        rebase_adapter_paths(db, adapters_dir, restored)
+    except StoreError as exc:
         raise _damaged(archive, f"its {DB_NAME} cannot be updated ({exc})") from exc
-    finally:
-        conn.close()
     return tuple(sorted(restored))
-
-
-def _count(db: Path) -> tuple[int, int]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return tuple(conn.execute("SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM turns)").fetchone())
-    finally:
-        conn.close()
 
 
 def _put_in_place(staging: Path, home: Path) -> Path | None:
@@ -387,6 +332,14 @@ def _put_in_place(staging: Path, home: Path) -> Path | None:
         for src, dst in reversed(done):
             with contextlib.suppress(OSError):
                 os.rename(dst, src)
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                aside.rmdir()  # only when empty: every old file went back
+        if aside is not None and aside.exists():
+            raise StoreError(
+                f"could not move the restored files into {home} ({exc}), nor all the old ones back: what is "
+                f"missing from {home} is in {aside}; move it back by hand"
+            ) from exc
         raise StoreError(
             f"could not move the restored files into {home} ({exc}); the data dir was left as it was"
         ) from exc

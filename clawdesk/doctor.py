@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.config import Config
-from clawdesk.errors import AdapterError, ModelError
+from clawdesk.errors import AdapterError, ModelError, StoreError
+from clawdesk.store.integrity import has_table, integrity_problems, open_read_only, pending_migrations
+from clawdesk.store.log import Store
+from clawdesk.store.versions import active_adapter, list_versions
 
 GB = 1e9
 FP32_BYTES = 4  # CPU training dequantizes the served GGUF to an fp32 transformers model
@@ -57,15 +59,15 @@ def run_checks(config: Config, cli_model: str | None = None) -> list[Check]:
     torch_check, cuda = _torch()
     checks += [torch_check, _bitsandbytes(cuda)]
     checks.append(_permissions(config.home))
-    db_check, conn = _database(config.db_path)
+    db_check, store = _database(config.db_path)
     checks.append(db_check)
     try:
-        model_check, model = _served_model(config, cli_model, conn)
+        model_check, model = _served_model(config, cli_model, store)
         checks.append(model_check)
-        checks += _adapters(conn, model)
+        checks += _adapters(store, model)
     finally:
-        if conn is not None:
-            conn.close()
+        if store is not None:
+            store.close()
     checks += [_disk(config.home), _memory(model, cuda)]
     return checks
 
@@ -142,43 +144,35 @@ def _permissions(home: Path) -> Check:
     return Check("data dir", "ok", f"{home} (mode {mode:04o})")
 
 
-def _database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
+def _database(path: Path) -> tuple[Check, Store | None]:
     if not path.exists():
         return Check("database", "ok", f"{path} not created yet (made on first chat)"), None
     fix = f"Move it aside (`mv {path} {path}.bad`) and start again; recover old turns with the sqlite3 tool"
     try:
-        # Read-only. With no -wal file the DB was closed cleanly: open it immutable, because a read-only
-        # WAL connection would otherwise leave fresh -wal/-shm files behind. With one, a chat may be
-        # running: read through its WAL (SQLite's shared -shm index is then all that is touched).
-        wal = path.with_name(path.name + "-wal").exists()
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{'' if wal else '&immutable=1'}", uri=True)
-        rows = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
-    except sqlite3.DatabaseError as exc:
-        return Check("database", "fail", f"{path} is damaged or not a ClawDesk database ({exc})", fix), None
-    if rows != ["ok"]:
-        conn.close()
-        return Check("database", "fail", f"{path} failed PRAGMA integrity_check: {'; '.join(rows[:3])}", fix), None
-    import sqlite_utils
-
-    from clawdesk.store.migrations import MIGRATIONS
-
-    pending = [m.name for m in MIGRATIONS.pending(sqlite_utils.Database(conn))]
+        store = open_read_only(path)  # read-only, never migrated: the doctor changes nothing
+    except StoreError as exc:
+        return Check("database", "fail", str(exc), fix), None
+    problems = integrity_problems(store)
+    if problems:
+        store.close()
+        return Check("database", "fail", f"{path} failed PRAGMA integrity_check: {'; '.join(problems[:3])}", fix), None
+    pending = pending_migrations(store)
     mode = path.stat().st_mode & 0o777
-    turns = conn.execute("SELECT count(*) FROM turns").fetchone()[0] if not pending else "?"
+    turns = store.count_turns() if not pending else "?"
     detail = f"{path}: integrity ok, {turns} turns, mode {mode:04o}"
     if mode & 0o077:
-        return Check("database", "fail", f"{detail}: others can read your chats", f"chmod 600 {path}"), conn
+        return Check("database", "fail", f"{detail}: others can read your chats", f"chmod 600 {path}"), store
     if pending:
         return Check(
             "database", "warn", f"{detail}; schema upgrade pending ({', '.join(pending)}), applied on next start"
-        ), conn
-    return Check("database", "ok", f"{detail}, schema up to date"), conn
+        ), store
+    return Check("database", "ok", f"{detail}, schema up to date"), store
 
 
 # -- the served model ------------------------------------------------------------------------------
 
 
-def _served_model(config: Config, cli_model: str | None, conn) -> tuple[Check, ModelFacts | None]:
+def _served_model(config: Config, cli_model: str | None, store: Store | None) -> tuple[Check, ModelFacts | None]:
     from clawdesk.models import KNOWN_MODELS, check_gguf, file_sha256
     from clawdesk.runtime import resolve_served_model
 
@@ -190,12 +184,8 @@ def _served_model(config: Config, cli_model: str | None, conn) -> tuple[Check, M
     path = resolved.path
     stat = path.stat()
     cached = None
-    if conn is not None:
-        row = conn.execute(
-            "SELECT sha256 FROM model_files WHERE path = ? AND size = ? AND mtime_ns = ?",
-            [str(path), stat.st_size, stat.st_mtime_ns],
-        ).fetchone()
-        cached = row[0] if row else None
+    if store is not None and has_table(store, "model_files"):
+        cached = store.cached_sha256(path, stat.st_size, stat.st_mtime_ns)
     started = time.monotonic()
     sha = cached or file_sha256(path)
     how = "sha256 cached" if cached else f"sha256 computed now in {time.monotonic() - started:.1f} s (not cached yet)"
@@ -239,21 +229,19 @@ def read_gguf_header(path: Path) -> tuple[dict[str, Any], int]:
 # -- adapters ----------------------------------------------------------------------------------------
 
 
-def _adapters(conn, model: ModelFacts | None) -> list[Check]:
+def _adapters(store: Store | None, model: ModelFacts | None) -> list[Check]:
     from clawdesk.learn.adapter_files import BaseDims, check_version_dir
 
-    if conn is None or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'adapters'").fetchone():
+    if store is None or not has_table(store, "adapters"):
         return [Check("adapters", "ok", "none trained yet")]
-    rows = conn.execute(
-        "SELECT version, status, base_name, base_sha256, path FROM adapters ORDER BY version"
-    ).fetchall()
-    active = conn.execute("SELECT value FROM settings WHERE key = 'active_adapter'").fetchone()
-    active = None if active is None or active[0] == "null" else active[0]
-    ready = [r for r in rows if r[1] == "ready"]
-    summary = f"{len(ready)} ready, {len(rows) - len(ready)} rejected; serving {'v' + active if active else 'the base'}"
+    rows = list_versions(store)
+    active = active_adapter(store)
+    ready = [(v.version, v.base_name, v.base_sha256, v.path) for v in rows if v.ready]
+    serving = f"v{active}" if active is not None else "the base"
+    summary = f"{len(ready)} ready, {len(rows) - len(ready)} rejected; serving {serving}"
     checks = [Check("adapters", "ok", summary)]
     dims = BaseDims.from_metadata(model.metadata) if model else None
-    for version, _status, base_name, base_sha, path in ready:
+    for version, base_name, base_sha, path in ready:
         name = f"adapter v{version}"
         this_base = model is not None and base_sha == model.sha256
         try:

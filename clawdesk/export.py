@@ -1,9 +1,9 @@
 """Exporting what was learned: an adapter version (PEFT, GGUF, Ollama) and the judged samples.
 
 Every adapter export carries a README with the base model identity and a training summary, so
-the folder is useful on its own. ``export_data`` writes TRL-ready conversational JSONL and never
-includes incognito sessions, turns recorded with learning OFF, vetoed turns, or turns judged
-``0`` (unclear: no label to give them).
+the folder is useful on its own. ``export_data`` writes TRL-ready conversational JSONL of the turns
+:func:`clawdesk.store.samples.labelled_turns` selects: never incognito sessions, turns recorded
+with learning OFF, vetoed turns, or turns judged ``0`` (unclear: no label to give them).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import AdapterError, DataDirError, InputError, NotFoundError
-from clawdesk.learn.versions import get_version, list_versions
 from clawdesk.private import make_private, open_private
-from clawdesk.reload import active_version
 from clawdesk.store import Store
 from clawdesk.store.db import ensure_dir
+from clawdesk.store.samples import labelled_turns
+from clawdesk.store.versions import active_adapter, get_version, list_versions
 
 FORMATS = ("peft", "gguf", "ollama")
 OUT_FIX = "Choose another place with --out."
@@ -27,7 +27,7 @@ PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 def _pick(store: Store, n: int | None):
     if n is None:
-        n = active_version(store)
+        n = active_adapter(store)
     if n is None:
         ready = [v for v in list_versions(store) if v.status == "ready"]
         if not ready:
@@ -123,18 +123,7 @@ def export_adapter(
 
 def export_data(store: Store, out_file: Path) -> int:
     """Write judged samples as JSONL (conversational prompt/completion + reward + hint). Returns the count."""
-    sql = """
-        SELECT t.id, t.session_id, t.seq, t.user_content, t.reply_content, t.dropped_turns, s.system_prompt,
-               j.reward, j.hint, f.rating
-        FROM judgments j
-        JOIN turns t ON t.id = j.turn_id
-        JOIN sessions s ON s.id = t.session_id
-        LEFT JOIN feedback f ON f.turn_id = t.id
-        WHERE j.status = 'judged' AND s.incognito = 0 AND t.learning = 1 AND coalesce(f.vetoed, 0) = 0
-          AND coalesce(f.rating, j.reward, 0) != 0  -- 'unclear' (0) has no label: KTO would read it as bad
-        ORDER BY t.id
-    """
-    rows = list(store.db.query(sql))
+    rows = labelled_turns(store)
     if out_file.is_dir():
         raise InputError(f"{out_file} is a folder; give --out a file name, e.g. {out_file / 'samples.jsonl'}")
     ensure_dir(out_file.parent, "export folder", OUT_FIX)

@@ -1,8 +1,8 @@
 """Reload stage: which adapter version the chat serves, and hot-swapping it into the engine.
 
-The active version is a persisted setting (``active_adapter``), so it survives restarts and a
-version chosen with ``clawdesk adapters use N`` is what the next chat serves. Swapping goes
-through :meth:`Engine.load_adapter`, which takes the engine lock: a reply in progress finishes
+The active version is a persisted setting (``active_adapter``, owned by :mod:`clawdesk.store.versions`),
+so it survives restarts and a version chosen with ``clawdesk adapters use N`` is what the next chat
+serves. Swapping goes through :meth:`Engine.load_adapter`, which takes the engine lock: a reply in progress finishes
 on the old adapter, the next one uses the new adapter, and the base model is never reloaded.
 """
 
@@ -10,15 +10,27 @@ from __future__ import annotations
 
 from clawdesk.engine import Engine
 from clawdesk.errors import AdapterError, NotFoundError
-from clawdesk.learn.versions import AdapterVersion, get_version, latest_ready
 from clawdesk.store import Store
+from clawdesk.store.versions import ACTIVE_ADAPTER as ACTIVE_KEY
+from clawdesk.store.versions import (
+    AdapterVersion,
+    active_adapter_chosen_at,
+    get_version,
+    latest_ready,
+    previous_ready,
+    set_active_adapter,
+)
+from clawdesk.store.versions import active_adapter as active_version
 
-ACTIVE_KEY = "active_adapter"
-
-
-def active_version(store: Store) -> int | None:
-    value = store.get_setting(ACTIVE_KEY)
-    return int(value) if value is not None else None
+__all__ = [
+    "ACTIVE_KEY",
+    "AdapterSwitch",
+    "active_version",
+    "check_servable",
+    "previous_ready",
+    "select",
+    "trained_since_choice",
+]
 
 
 def check_servable(row: AdapterVersion, base_sha256: str, base_name: str) -> None:
@@ -44,19 +56,7 @@ def select(store: Store, n: int | None, *, base_sha256: str, base_name: str) -> 
     """Persist the version to serve (None = base weights) after checking it fits the model."""
     if n is not None:
         check_servable(get_version(store, n), base_sha256, base_name)
-    store.set_setting(ACTIVE_KEY, n)
-
-
-def previous_ready(store: Store, before: int | None, base_sha256: str) -> int | None:
-    """The newest servable version older than ``before`` (any, when ``before`` is None)."""
-    # One row from the end of the primary key: a log of thousands of versions is not read (and parsed)
-    # whole at every start, nor once per damaged version when sync() walks back past them.
-    row = store.db.execute(
-        "SELECT version FROM adapters WHERE status = 'ready' AND base_sha256 = ? AND version < ? "
-        "ORDER BY version DESC LIMIT 1",
-        [base_sha256, before if before is not None else 1 << 62],
-    ).fetchone()
-    return row[0] if row else None
+    set_active_adapter(store, n)
 
 
 def trained_since_choice(store: Store, base_sha256: str) -> int | None:
@@ -64,8 +64,7 @@ def trained_since_choice(store: Store, base_sha256: str) -> int | None:
     newest = latest_ready(store, base_sha256)
     if newest is None:
         return None
-    row = store.db.execute("SELECT updated_at FROM settings WHERE key = ?", [ACTIVE_KEY]).fetchone()
-    chosen_at = row[0] if row else ""
+    chosen_at = active_adapter_chosen_at(store)
     return newest.version if newest.created_at > chosen_at and newest.version != active_version(store) else None
 
 
@@ -80,7 +79,7 @@ class AdapterSwitch:
         ident = self.engine.identity
         if n is None:
             self.engine.clear_adapter()
-            self.store.set_setting(ACTIVE_KEY, None)
+            set_active_adapter(self.store, None)
             return
         row = get_version(self.store, n)
         try:
@@ -88,7 +87,7 @@ class AdapterSwitch:
             self.engine.load_adapter(row.gguf_path, n)  # all or nothing: a failure keeps what is served
         except AdapterError as err:
             raise AdapterError(f"{str(err).rstrip('.')}. The chat keeps serving {self.serving()}.") from err
-        self.store.set_setting(ACTIVE_KEY, n)
+        set_active_adapter(self.store, n)
 
     def serving(self) -> str:
         """What the engine serves now, for messages: ``"v3"`` or ``"the base model"``."""
@@ -124,7 +123,7 @@ class AdapterSwitch:
         """
         newer = trained_since_choice(self.store, self.engine.identity.sha256)
         if newer is not None:
-            self.store.set_setting(ACTIVE_KEY, newer)
+            set_active_adapter(self.store, newer)
         want = active_version(self.store)
         if want == self.engine.adapter_version:
             return None
@@ -137,9 +136,9 @@ class AdapterSwitch:
                 fallback = self._serve_older_than(want)
                 if fallback is not None:
                     return f"{str(err).split('. The chat keeps serving')[0]}. Serving v{fallback} instead."
-            self.store.set_setting(ACTIVE_KEY, self.engine.adapter_version)
+            set_active_adapter(self.store, self.engine.adapter_version)
             return str(err)
         except NotFoundError as err:
-            self.store.set_setting(ACTIVE_KEY, self.engine.adapter_version)
+            set_active_adapter(self.store, self.engine.adapter_version)
             return f"{str(err).rstrip('.')}. The chat keeps serving {self.serving()}."
         return None

@@ -25,7 +25,7 @@ from clawdesk.engine import Delta, Engine
 from clawdesk.models import ResolvedModel
 from clawdesk.store import Store
 from clawdesk.store.forget import forget_session
-from clawdesk.store.steps import turn_tool_calls
+from clawdesk.store.steps import list_steps, tool_calls, turn_tool_calls
 from clawdesk.testing.qwen3_assets import Qwen3AssetsError, qwen3_assets, write_real_qwen3_gguf
 from clawdesk.tools.consent import ALLOW, Consent, instead
 from clawdesk.tools.format import tool_call_grammar
@@ -120,7 +120,7 @@ def test_a_three_step_episode_is_recorded_with_exact_ids_per_step(make, store, w
     assert "".join(e.delta.text for e in events if isinstance(e, StepText) and e.idx == 2) == replies[2]
     assert (workspace / "a.txt").read_text() == "QED"
 
-    steps = store.list_steps(result.turn_id)
+    steps = list_steps(store, result.turn_id)
     assert [s.idx for s in steps] == [0, 1, 2] and [s.status for s in steps] == ["finished"] * 3
     for step, prompt_ids, reply in zip(steps, engine.prompts, replies, strict=True):
         assert step.prompt_ids == prompt_ids  # exactly what was served
@@ -132,7 +132,7 @@ def test_a_three_step_episode_is_recorded_with_exact_ids_per_step(make, store, w
     assert store.turn_tokens(result.turn_id) == (steps[2].prompt_ids, steps[2].reply_ids)
     assert result.step_ids == tuple(s.id for s in steps) and result.stopped == ""
 
-    calls = [store.tool_calls(s.id) for s in steps]
+    calls = [tool_calls(store, s.id) for s in steps]
     assert [[(c.idx, c.name, c.arguments, c.status) for c in cs] for cs in calls] == [
         [(0, "read_file", {"path": "notes.txt"}, "ok")],
         [(0, "write_file", {"content": "QED", "path": "a.txt"}, "ok")],
@@ -160,8 +160,8 @@ def test_a_call_without_consent_is_denied_recorded_and_not_run(make, store, work
     assert not (workspace / "out.txt").exists()
     assert ("done", 0, 0, "write_file", "denied") in kinds(events)
     assert not any(isinstance(e, ToolStarted) for e in events)  # it never started
-    steps = store.list_steps(result.turn_id)
-    (denied,) = store.tool_calls(steps[0].id)
+    steps = list_steps(store, result.turn_id)
+    (denied,) = tool_calls(store, steps[0].id)
     assert denied.status == "denied" and "--allow write_file" in denied.result
     assert denied.result in result.steps[1].prompt.text  # the model reads why
     assert store.get_turn(result.turn_id).reply_content == "I could not write it."
@@ -172,7 +172,7 @@ def test_no_do_this_instead_becomes_the_result_the_model_reads(make, store, work
     session = agent.new_session(store)
     consent = Consent(lambda c, spec: instead("append it to notes.txt instead"))
     result = agent.run_turn(store, session.id, "Write out.txt", consent=consent)
-    (answer,) = store.tool_calls(store.list_steps(result.turn_id)[0].id)
+    (answer,) = tool_calls(store, list_steps(store, result.turn_id)[0].id)
     assert answer.status == "denied" and "append it to notes.txt instead" in answer.result
     assert "append it to notes.txt instead" in result.steps[1].prompt.text
     assert not (workspace / "out.txt").exists()
@@ -182,14 +182,14 @@ def test_remember_in_an_incognito_chat_is_denied_and_keeps_no_note(make, store):
     agent, _ = make([call("remember", text="my locker code is 1234"), "I will not keep it."])
     incognito = agent.new_session(store, incognito=True)
     result = agent.run_turn(store, incognito.id, "Remember my locker code 1234")
-    (denied,) = store.tool_calls(store.list_steps(result.turn_id)[0].id)
+    (denied,) = tool_calls(store, list_steps(store, result.turn_id)[0].id)
     assert denied.status == "denied" and "incognito" in denied.result
     assert store.db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
     # The same call in a normal chat is kept (auto policy): the check above can fail.
     agent, _ = make([call("remember", text="my locker code is 1234"), "Noted."])
     normal = agent.new_session(store)
     result = agent.run_turn(store, normal.id, "Remember my locker code 1234")
-    assert store.tool_calls(store.list_steps(result.turn_id)[0].id)[0].status == "ok"
+    assert tool_calls(store, list_steps(store, result.turn_id)[0].id)[0].status == "ok"
     assert store.db.execute("SELECT count(*) FROM notes").fetchone() == (1,)
 
 
@@ -200,16 +200,16 @@ def test_malformed_and_unknown_calls_get_errors_the_next_step_reads(make, store)
     session = agent.new_session(store)
     result = agent.run_turn(store, session.id, "Read my notes", on_event=events.append)
 
-    steps = store.list_steps(result.turn_id)
+    steps = list_steps(store, result.turn_id)
     assert len(steps) == 3
-    first = store.tool_calls(steps[0].id)
+    first = tool_calls(store, steps[0].id)
     assert [(c.name, c.arguments, c.status) for c in first] == [("?", {}, "error"), ("fly", {"to": "moon"}, "error")]
     assert first[0].raw == bad_json and "could not be read" in first[0].result
     assert "there is no tool called 'fly'" in first[1].result
     for c in first:
         assert f"<tool_response>\n{c.result}\n</tool_response>" in result.steps[1].prompt.text
     assert bad_json in result.steps[1].prompt.text  # the malformed block stays in the assistant message
-    assert store.tool_calls(steps[1].id)[0].status == "ok"
+    assert tool_calls(store, steps[1].id)[0].status == "ok"
     assert not any(isinstance(e, ToolStarted) and e.idx == 0 for e in events)
 
 
@@ -219,8 +219,8 @@ def test_max_steps_is_respected_and_the_last_step_is_told(make, store):
     result = agent.run_turn(store, session.id, "What time is it?")
 
     assert len(engine.prompts) == 3 and result.stopped == "max_steps"
-    steps = store.list_steps(result.turn_id)
-    results = [store.tool_calls(s.id)[0] for s in steps]
+    steps = list_steps(store, result.turn_id)
+    results = [tool_calls(store, s.id)[0] for s in steps]
     assert [r.status for r in results] == ["ok", "ok", "error"]
     note = LAST_STEP_NOTE.format(n=3)
     assert not results[0].result.endswith(note) and results[1].result.endswith(note)
@@ -236,8 +236,8 @@ def test_results_that_overflow_the_context_end_the_turn_and_what_ran_is_recorded
     session = agent.new_session(store)
     result = agent.run_turn(store, session.id, "Read big.txt")
     assert len(engine.prompts) == 1 and result.stopped == "context"
-    (step,) = store.list_steps(result.turn_id)
-    assert [c.status for c in store.tool_calls(step.id)] == ["ok"]
+    (step,) = list_steps(store, result.turn_id)
+    assert [c.status for c in tool_calls(store, step.id)] == ["ok"]
     assert store.get_turn(result.turn_id).status == "length"
 
 
@@ -254,8 +254,8 @@ def test_cancel_in_a_running_tool_stops_the_loop_and_records_what_ran(make, stor
     assert len(engine.prompts) == 1 and result.stopped == "cancelled"
     turn = store.get_turn(result.turn_id)
     assert turn.status == "cancelled"
-    (step,) = store.list_steps(result.turn_id)
-    (ran,) = store.tool_calls(step.id)
+    (step,) = list_steps(store, result.turn_id)
+    (ran,) = tool_calls(store, step.id)
     assert ran.name == "run_shell" and ran.status == "error" and "stopped by the user" in ran.result
     assert "done" not in ran.result
     assert store.turn_tokens(result.turn_id) == (step.prompt_ids, step.reply_ids)
@@ -272,8 +272,8 @@ def test_cancel_mid_reply_records_the_partial_step_and_runs_nothing(make, store,
             cancel.set()
 
     result = agent.run_turn(store, session.id, "Write", cancel=cancel, on_event=on_event, consent=Consent(yes=True))
-    (step,) = store.list_steps(result.turn_id)
-    assert step.status == "cancelled" and store.tool_calls(step.id) == []
+    (step,) = list_steps(store, result.turn_id)
+    assert step.status == "cancelled" and tool_calls(store, step.id) == []
     assert store.get_turn(result.turn_id).status == "cancelled" and not (workspace / "cut.txt").exists()
 
 
@@ -287,7 +287,7 @@ def test_forget_takes_the_steps_and_the_tool_results(make, store, config, worksp
     def db_bytes() -> bytes:
         return b"".join(p.read_bytes() for p in config.home.glob("clawdesk.db*") if p.is_file())
 
-    assert secret in store.tool_calls(result.step_ids[0])[0].result and secret.encode() in db_bytes()
+    assert secret in tool_calls(store, result.step_ids[0])[0].result and secret.encode() in db_bytes()
     forget_session(store, session.id)
     for table in ("steps", "tool_calls"):
         assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
@@ -304,7 +304,7 @@ def test_the_demo_model_answers_as_a_plain_chat(engine, store, config):
         result = agent.run_turn(store, session.id, "Hello!", on_event=events.append)
     finally:
         registry.close()
-    assert store.list_steps(result.turn_id) == []  # a turn served without tools has no steps rows
+    assert list_steps(store, result.turn_id) == []  # a turn served without tools has no steps rows
     assert store.turn_tokens(result.turn_id) == (result.reply.prompt_ids, result.reply.reply_ids)
     assert events[0] == StepStarted(0) and all(isinstance(e, StepText) for e in events[1:])
     assert "".join(e.delta.text for e in events[1:]).strip() == result.reply.raw_text.strip()
@@ -349,9 +349,9 @@ def test_a_forced_call_on_real_llama_cpp_runs_and_its_result_is_the_next_prompt(
         result = agent.run_turn(store, session.id, "What time is it?")
     finally:
         registry.close()
-    steps = store.list_steps(result.turn_id)
+    steps = list_steps(store, result.turn_id)
     assert len(steps) == 2 and len(served) == 2
-    (ran,) = store.tool_calls(steps[0].id)
+    (ran,) = tool_calls(store, steps[0].id)
     assert (ran.name, ran.arguments, ran.status) == ("current_time", {}, "ok")
     assert [(s.prompt_ids, s.reply_ids) for s in steps] == [(r.prompt_ids, r.reply_ids) for r in served]
     tool_response = 151665  # Qwen3's <tool_response> token
@@ -400,7 +400,7 @@ def test_ask_on_a_model_that_can_call_tools_goes_through_the_agent_loop(qwen3_en
     st = Store.open(home / "clawdesk.db")
     try:
         (turn,) = st.list_turns(st.latest_session().id)
-        steps = st.list_steps(turn.id)  # served with tools: at least its final step is recorded
+        steps = list_steps(st, turn.id)  # served with tools: at least its final step is recorded
         assert steps and st.turn_tokens(turn.id) == (steps[-1].prompt_ids, steps[-1].reply_ids)
         assert "# Tools" in qwen3_engine.llm.detokenize(steps[0].prompt_ids, special=True).decode()
     finally:

@@ -24,7 +24,7 @@ from clawdesk.backup import copy_database, create_backup, restore_backup
 from clawdesk.cli import main
 from clawdesk.config import Config
 from clawdesk.engine import SamplingParams
-from clawdesk.errors import InputError, NotFoundError
+from clawdesk.errors import InputError, NotFoundError, StoreError
 from clawdesk.learn.gguf_lora import write_gguf_lora
 from clawdesk.reload import AdapterSwitch, active_version
 from clawdesk.runtime import open_store
@@ -297,6 +297,60 @@ def test_restore_checks_the_database_itself(tmp_path, archive):
     with pytest.raises(InputError, match=r"damaged or not a ClawDesk backup: its clawdesk\.db"):
         restore_backup(out, tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def _with_database(archive: Path, out: Path, db: bytes) -> Path:
+    """A copy of ``archive`` whose clawdesk.db is ``db``, with the manifest rewritten to match it."""
+    with tarfile.open(archive, "r:gz") as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+    manifest["files"]["clawdesk.db"] = {"sha256": hashlib.sha256(db).hexdigest(), "size": len(db)}
+    with tarfile.open(out, "w:gz") as tar:
+        for name, data in (("manifest.json", json.dumps(manifest).encode()), ("clawdesk.db", db)):
+            tar.addfile(_info(name, size=len(data)), io.BytesIO(data))
+    return out
+
+
+def test_restore_refuses_a_sound_sqlite_file_that_is_not_a_clawdesk_database(tmp_path, archive):
+    other = tmp_path / "photos.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO photos(name) VALUES ('beach.jpg')")
+    conn.commit()
+    conn.close()
+    foreign = _with_database(archive, tmp_path / "foreign.tar.gz", other.read_bytes())
+    with pytest.raises(InputError, match=r"its clawdesk\.db is not a ClawDesk database") as err:
+        restore_backup(foreign, tmp_path / "new")
+    assert "Nothing was restored" in str(err.value)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_forced_restore_whose_rename_fails_half_way_puts_the_old_files_back(tmp_path, archive, monkeypatch):
+    target = tmp_path / "target"
+    with Store.open(target / "clawdesk.db") as other:
+        other.create_session(system_prompt="sys", title="the one that was here")
+    (target / "adapters" / "v7").mkdir(parents=True)
+    (target / "config.toml").write_text("[chat]\ntemperature = 0.1\n")
+    before = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
+    real_rename = os.rename
+    moved = []
+
+    def rename(src, dst):
+        # The old files are already aside when the first restored file is to go in: fail there.
+        if Path(src).parent.name.startswith(".target.restore-"):
+            raise OSError(28, "No space left on device")
+        moved.append(Path(src).name)
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(StoreError, match="left as it was"):
+        restore_backup(archive, target, force=True)
+    monkeypatch.undo()
+    assert "clawdesk.db" in moved and "adapters" in moved  # it did get half-way
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
+    with Store.open(target / "clawdesk.db") as back:
+        assert [s.title for s in back.list_sessions()] == ["the one that was here"]
+    assert list(tmp_path.glob("target.before-restore-*")) == []  # nothing left aside: it is all back
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".target")] == []  # staging removed
 
 
 def test_restore_over_existing_data_needs_force_and_keeps_the_old_files(tmp_path, archive, home, capsys):

@@ -17,7 +17,7 @@ from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.forget import STEP_TABLES, TURN_TABLES, compact, forget_session, forget_turn, trained_on
 from clawdesk.store.judgments import Judgment, get_judgment, list_judged, pending_turns, save_judgment
-from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
+from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps, tool_calls
 from clawdesk.store.tokens import unpack_ids
 
 MARKER = b"ZQXJ-FORGET-ME-0042"  # 20 bytes: 5 little-endian int32 token ids spell it too
@@ -185,7 +185,7 @@ def test_forget_turn_scrubs_later_agent_steps_and_trained_on_sees_step_samples(s
     s = store.create_session(system_prompt="sys")
     first = store.add_turn(s.id, _turn("forget me"))
     later = _agent_turn(store, s.id, "and then?", tool_result="3 lines", step_hint="read it whole")
-    step_ids = [st.id for st in store.list_steps(later)]
+    step_ids = [st.id for st in list_steps(store, later)]
     _version(store, 1, [])
     with store.transaction():
         store.db.execute("INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (1, ?, 1, 0)",
@@ -194,9 +194,9 @@ def test_forget_turn_scrubs_later_agent_steps_and_trained_on_sees_step_samples(s
 
     forget_turn(store, first)  # the later turn's steps were served with the forgotten turn in their prompts
 
-    steps = store.list_steps(later)
+    steps = list_steps(store, later)
     assert [st.id for st in steps] == step_ids and [st.prompt_ids for st in steps] == [[], []]
-    assert [c.result for c in store.tool_calls(step_ids[0])] == ["3 lines"]  # still readable in the chat
+    assert [c.result for c in tool_calls(store, step_ids[0])] == ["3 lines"]  # still readable in the chat
     assert store.db.execute("SELECT count(*) FROM step_judgments").fetchone() == (0,)
 
 

@@ -80,6 +80,15 @@ def test_a_fresh_lora_is_the_base_and_a_moved_one_is_not(tiny_gguf):
     assert check(learner, guard, after["ppl_ratio"] * 1.001)["passed"] is True
 
 
+def test_a_nan_perplexity_ratio_fails_the_guard(tiny_gguf):
+    """An adapter whose weights went NaN scores NaN: that must read as failed, never as "not above the limit"."""
+    model, info = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
+    learner = Learner(model, info, TrainConfig(), parent_dir=None)
+    learner.restore([torch.full_like(p, float("nan")) for p in learner.params])
+    record = check(learner, load_guard_set(tiny_gguf), 1e9)
+    assert math.isnan(record["ppl_ratio"]) and record["passed"] is False
+
+
 def _train(tmp_path, gguf, config: TrainConfig, **kw):
     db, adapters = tmp_path / "clawdesk.db", tmp_path / "adapters"
     config = dataclasses.replace(config, device="cpu", load_in_4bit=False)

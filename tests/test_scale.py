@@ -19,7 +19,6 @@ import pytest
 from scripted_engine import ScriptedEngine
 
 from clawdesk.config import Config
-from clawdesk.learn.samples import _union, count_ready, ready_samples
 from clawdesk.learn.versions import AdapterVersion, list_versions, record_version
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.forget import forget_session, forget_turn
@@ -36,6 +35,7 @@ from clawdesk.store.judgments import (
 )
 from clawdesk.store.judgments import forget as forget_judgment
 from clawdesk.store.migrations import _JUDGE_DONE, _SAMPLE_DONE
+from clawdesk.store.samples import _union, count_ready, ready_samples
 
 SHA = "scale-test-sha"
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from clawdesk.config import TrainConfig
+from clawdesk.errors import TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
 from clawdesk.learn.gguf_lora import read_gguf_lora_info
@@ -315,6 +316,18 @@ def test_stop_before_start_trains_nothing(tiny_gguf, home):
         assert count_ready(store, SHA) == 4 and versions.list_versions(store) == []
     finally:
         store.close()
+
+
+def test_a_turn_with_token_ids_outside_the_vocabulary_is_named_and_nothing_is_recorded(tiny_gguf, home):
+    """A turn served by another model (ids past the base's vocabulary) stops the run before any step."""
+    good = fill(home["db"], 3, seed=45)
+    [bad] = fill(home["db"], 1, seed=46, vocab=VOCAB * 1000)  # ~all its ids are far past VOCAB
+    with pytest.raises(TrainError, match=rf"turn {bad} has token ids outside the base's vocabulary \({VOCAB}\)"):
+        run(home, tiny_gguf, TrainConfig(batch_size=4))
+    with Store.open(home["db"]) as store:
+        assert versions.list_versions(store) == []
+        assert sorted(s.turn_id for s in ready_samples(store, SHA)) == sorted([*good, bad])  # still ready
+    assert not (home["adapters"] / "v1").exists()
 
 
 def _trainer_cmd(home, gguf: Path, *extra: str) -> list[str]:

@@ -181,3 +181,35 @@ def test_the_learning_controller_stops_the_trainer_while_the_chat_generates(
     controller.close()
     assert not engine.threads.busy and not app.notes, app.notes
     assert not controller.state.running
+
+
+def test_a_trainer_whose_first_line_says_not_pausable_is_never_stopped(config, store, engine, monkeypatch, tmp_path):
+    """``pausable: false``: the trainer could not set its death signal, so stopping it could strand it."""
+    from test_engine_threads import _App, stand_in_trainer
+
+    from clawdesk.judge.runner import Judge
+    from clawdesk.ui.learning import LearningController
+
+    release = tmp_path / "release"
+    stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": False})
+    app = _App(config, store, engine)
+    gate = ChatGate()
+    controller = LearningController(app, judge=Judge(engine, config.judge, gate=gate))
+    controller.state.ready_samples = 1
+    assert controller.maybe_train(force=True)
+    pid = controller._proc.pid
+    deadline = time.monotonic() + 30
+    while not any(args and args[0].get("phase") == "starting" for _, args, _ in app.ui_calls):
+        assert time.monotonic() < deadline, "the stand-in's first line never arrived"
+        time.sleep(0.01)
+    with gate.computing():
+        assert _wait_state(pid, {"T"}, timeout=0.5) != "T"
+        assert not controller.pause.stopped
+    assert controller.pause.pauses == 0
+    release.touch()
+    for worker in app.workers:
+        worker.join(timeout=60)
+    for fn, args, kwargs in app.ui_calls:
+        fn(*args, **kwargs)
+    controller.close()
+    assert not controller.state.running and not app.notes, app.notes

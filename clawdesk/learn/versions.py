@@ -7,7 +7,8 @@ Version ``N`` lives in ``<adapters dir>/v<N>``::
     metadata.json                                    base name + sha256, samples, metrics, validation
 
 The dir is filled under a hidden staging name and renamed into place only when complete, then the
-``adapters`` row and its ``adapter_samples`` rows are written in one transaction, so a crash leaves
+``adapters`` row and its ``adapter_samples`` rows are written in one transaction
+(:mod:`clawdesk.store.versions` owns the rows), so a crash leaves
 either nothing or a dir without a row (its number is then skipped, never reused). Only rows with
 status ``'ready'`` are ever served; ``'rejected'`` ones stay on disk and in the log for inspection.
 """
@@ -21,106 +22,49 @@ import re
 import shutil
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawdesk.errors import AdapterError, NotFoundError, TrainError
-from clawdesk.learn.samples import Sample
+from clawdesk.errors import AdapterError, TrainError
 from clawdesk.private import make_private
+from clawdesk.store import versions as rows
 from clawdesk.store.log import Store
+from clawdesk.store.versions import (
+    ADAPTER_GGUF,
+    AdapterVersion,
+    get_version,
+    latest_ready,
+    list_versions,
+    version_samples,
+)
 
-ADAPTER_GGUF = "adapter.gguf"
 METADATA_JSON = "metadata.json"
+# The rows' names, for the learning stage's callers (the rows themselves are clawdesk.store.versions').
+__all__ = [
+    "ADAPTER_GGUF",
+    "METADATA_JSON",
+    "AdapterVersion",
+    "check_in_llama_cpp",
+    "get_version",
+    "latest_ready",
+    "list_versions",
+    "next_version",
+    "publish",
+    "record_version",
+    "run_lock",
+    "staging_dir",
+    "validate",
+    "version_samples",
+    "write_adapter",
+    "write_metadata",
+]
 _VERSION_DIR = re.compile(r"^v(\d+)$")
-
-
-@dataclass(frozen=True)
-class AdapterVersion:
-    """One row of ``adapters``: a trained adapter, served only when ``status == 'ready'``."""
-
-    version: int
-    status: str  # 'ready' | 'rejected'
-    parent_version: int | None
-    base_name: str
-    base_sha256: str
-    path: Path
-    n_samples: int
-    metrics: dict[str, float]
-    validation: dict[str, Any]
-    note: str
-    created_at: str
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "ready"
-
-    @property
-    def gguf_path(self) -> Path:
-        """The GGUF LoRA to hand llama.cpp (``Engine.load_adapter``)."""
-        return self.path / ADAPTER_GGUF
-
-    @property
-    def peft_dir(self) -> Path:
-        """The PEFT adapter dir (``PeftModel.from_pretrained(base, peft_dir)``)."""
-        return self.path
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> AdapterVersion:
-        return cls(
-            version=row["version"],
-            status=row["status"],
-            parent_version=row["parent_version"],
-            base_name=row["base_name"],
-            base_sha256=row["base_sha256"],
-            path=Path(row["path"]),
-            n_samples=row["n_samples"],
-            metrics=json.loads(row["metrics"]),
-            validation=json.loads(row["validation"]),
-            note=row["note"],
-            created_at=row["created_at"],
-        )
-
-
-def list_versions(store: Store, base_sha256: str | None = None) -> list[AdapterVersion]:
-    """All adapter versions, oldest first; only those of one base when ``base_sha256`` is given."""
-    sql, params = "SELECT * FROM adapters", []
-    if base_sha256 is not None:
-        sql, params = sql + " WHERE base_sha256 = ?", [base_sha256]
-    return [AdapterVersion.from_row(r) for r in store.db.query(sql + " ORDER BY version", params)]
-
-
-def get_version(store: Store, version: int) -> AdapterVersion:
-    rows = list(store.db.query("SELECT * FROM adapters WHERE version = ?", [version]))
-    if not rows:
-        raise NotFoundError(f"there is no adapter version v{version}; `clawdesk train` makes them")
-    return AdapterVersion.from_row(rows[0])
-
-
-def latest_ready(store: Store, base_sha256: str) -> AdapterVersion | None:
-    """The newest version that passed validation for this base: what to serve and to continue from."""
-    rows = list(
-        store.db.query(
-            "SELECT * FROM adapters WHERE base_sha256 = ? AND status = 'ready' ORDER BY version DESC LIMIT 1",
-            [base_sha256],
-        )
-    )
-    return AdapterVersion.from_row(rows[0]) if rows else None
-
-
-def version_samples(store: Store, version: int) -> list[dict[str, Any]]:
-    """The turns version ``version`` was trained on: ``[{turn_id, reward, has_hint}]``."""
-    rows = store.db.query(
-        "SELECT turn_id, reward, has_hint FROM adapter_samples WHERE version = ? ORDER BY turn_id", [version]
-    )
-    return [{"turn_id": r["turn_id"], "reward": r["reward"], "has_hint": bool(r["has_hint"])} for r in rows]
 
 
 def next_version(store: Store, adapters_dir: Path) -> int:
     """One past the highest version in the log *or* on disk (a dir left by a crash is never overwritten)."""
-    row = store.db.execute("SELECT coalesce(max(version), 0) FROM adapters").fetchone()
     on_disk = [int(m[1]) for p in _list_dir(adapters_dir) if (m := _VERSION_DIR.match(p.name))]
-    return max([row[0], *on_disk]) + 1
+    return max([rows.highest_version(store), *on_disk]) + 1
 
 
 def _list_dir(path: Path) -> list[Path]:
@@ -188,64 +132,10 @@ def publish(staged: Path, adapters_dir: Path, version: int) -> Path:
     return final
 
 
-def record_version(
-    store: Store,
-    *,
-    version: int,
-    status: str,
-    parent_version: int | None,
-    base_name: str,
-    base_sha256: str,
-    path: Path,
-    samples: Sequence[Sample],
-    metrics: dict[str, float],
-    validation: dict[str, Any],
-    note: str,
-    created_at: str,
-) -> AdapterVersion:
-    """Insert the ``adapters`` row and one ``adapter_samples`` row per sample, in one transaction.
-
-    A tool-step sample (``Sample.step_id``) gets an ``adapter_step_samples`` row instead. Rejected
-    versions record their samples too: they are spent either way, so a batch that wrecks the model
-    is not retried forever.
-    """
-    if status not in ("ready", "rejected"):
-        raise ValueError(f"bad adapter status {status!r}")
+def record_version(store: Store, **record: Any) -> AdapterVersion:
+    """The crash-test hook, then the row and its samples (:func:`clawdesk.store.versions.record_version`)."""
     pause_for_crash_test("record")
-    turns = [s for s in samples if s.step_id is None]
-    steps = [s for s in samples if s.step_id is not None]
-    with store.transaction():
-        used = store.db.execute(
-            f"SELECT 'turn', turn_id, version FROM adapter_samples WHERE turn_id IN ({','.join('?' * len(turns))})"
-            f" UNION ALL SELECT 'tool step', step_id, version FROM adapter_step_samples"
-            f" WHERE step_id IN ({','.join('?' * len(steps))})",
-            [*(s.turn_id for s in turns), *(s.step_id for s in steps)],
-        ).fetchall()
-        if used:
-            spent = ", ".join(f"{kind} {t} (v{v})" for kind, t, v in used)
-            raise TrainError(
-                f"Cannot record v{version}: {spent} were already trained on; each turn is used once. "
-                "Was another training run going on at the same time? Nothing was recorded; train again."
-            )
-        store.db.execute(
-            """INSERT INTO adapters(version, status, parent_version, base_name, base_sha256, path, n_samples,
-                   metrics, validation, note, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [
-                version, status, parent_version, base_name, base_sha256, str(path), len(samples),
-                json.dumps(metrics), json.dumps(validation), note, created_at,
-            ],
-        )  # fmt: skip
-        for s in turns:
-            store.db.execute(
-                "INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, ?, ?)",
-                [version, s.turn_id, s.reward, int(s.has_hint)],
-            )
-        for s in steps:
-            store.db.execute(
-                "INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (?, ?, ?, ?)",
-                [version, s.step_id, s.reward, int(s.has_hint)],
-            )
-    return get_version(store, version)
+    return rows.record_version(store, **record)
 
 
 def check_in_llama_cpp(base_gguf: Path, adapter_gguf: Path, probe_ids: Iterable[int]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clawdesk.errors import NotFoundError, StoreError
-from clawdesk.store.log import Store, _title_from, now_iso
+from clawdesk.store.log import Store, now_iso, title_from
+from clawdesk.store.versions import active_adapter
 
 # Tables keyed by a step of the agent loop (clawdesk.store.steps), whose steps belong to a turn: tool
 # calls (arguments and results: file contents, shell output), step judgments and step samples.
@@ -175,8 +176,7 @@ def _forget(
 ) -> ForgetResult:
     # Asked before deleting: adapter_samples rows cascade away with their turns.
     versions = tuple(trained_on(store, turn_ids + scrub_ids))
-    # The key of clawdesk.reload.ACTIVE_KEY, read here: the store stage does not import the engine.
-    active = store.get_setting("active_adapter")
+    active = active_adapter(store)
     session_ids = session_ids or []
     conn = store.db.conn
     (secure,) = conn.execute("PRAGMA secure_delete").fetchone()
@@ -238,11 +238,11 @@ def _delete(
         session_id, user_content = retitle
         # A chat is titled after its first message: a title made from the forgotten one must go too.
         row = db.execute("SELECT title FROM sessions WHERE id = ?", [session_id]).fetchone()
-        if row is not None and row[0] == _title_from(user_content):
+        if row is not None and row[0] == title_from(user_content):
             first = db.execute(
                 "SELECT user_content FROM turns WHERE session_id = ? ORDER BY seq LIMIT 1", [session_id]
             ).fetchone()
-            title = _title_from(first[0]) if first else "New chat"
+            title = title_from(first[0]) if first else "New chat"
             db.execute("UPDATE sessions SET title = ? WHERE id = ?", [title, session_id])
 
 

@@ -1,9 +1,9 @@
 """The learning side of the turn log: which turns await judging, judgments, thumbs and vetoes.
 
 A turn can be judged once it has a *next state* (the user's next message in the same session),
-when it was recorded with learning ON, in a non-incognito session, finished (not cancelled),
-and not vetoed. Turns still waiting for a next state past ``pending_max_age_hours`` are marked
-``dropped`` so they stop counting as backlog.
+when it may be learned from (:func:`clawdesk.store.rules.learnable_turn`: learning ON, not
+incognito, not vetoed) and finished (not cancelled). Turns still waiting for a next state past
+``pending_max_age_hours`` are marked ``dropped`` so they stop counting as backlog.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from typing import Any
 
 from clawdesk.errors import NotFoundError
 from clawdesk.store.log import Store, Turn, now_iso
+from clawdesk.store.rules import learnable_turn
 from clawdesk.store.tokens import pack_ids, unpack_ids
 
 # ``turns_unjudged`` (m006) holds only the turns the judge still has to look at (``judge_done = 0``): its
 # questions after every reply read the backlog, not the whole log. Every rule below still applies.
-_JUDGEABLE = """
+_JUDGEABLE = f"""
     FROM turns t INDEXED BY turns_unjudged
     JOIN sessions s ON s.id = t.session_id
     LEFT JOIN judgments j ON j.turn_id = t.id
     LEFT JOIN feedback f ON f.turn_id = t.id
-    WHERE j.turn_id IS NULL AND t.judge_done = 0 AND t.learning = 1 AND s.incognito = 0
-      AND t.status IN ('finished', 'length') AND coalesce(f.vetoed, 0) = 0
+    WHERE j.turn_id IS NULL AND t.judge_done = 0 AND {learnable_turn("t", "s", "f")}
+      AND t.status IN ('finished', 'length')
 """
 _NEXT = "(SELECT n.id FROM turns n WHERE n.session_id = t.session_id AND n.seq = t.seq + 1)"
 

@@ -1,9 +1,11 @@
 """The turn log: sessions, turns (with the exact served token ids) and persisted settings.
 
 A :class:`Store` wraps one SQLite connection and must stay on the thread that opened it; other
-threads open their own with :meth:`Store.open`. A turn is written in one transaction (turn row,
-token blobs, session timestamp/title) when its reply finishes or is cancelled, so a crash can
-never leave half a turn behind.
+threads open their own with :meth:`Store.open` (``with Store.open(path) as store:`` closes it when
+done). A turn is written in one transaction (turn row, token blobs, session timestamp/title) when
+its reply finishes or is cancelled, so a crash can never leave half a turn behind. A turn's agent
+steps and tool calls are :mod:`clawdesk.store.steps`'; the shared data rules are
+:mod:`clawdesk.store.rules`'.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _title_from(text: str) -> str:
+def title_from(text: str) -> str:
+    """A session title made of a chat's first message: one line, cut to ``TITLE_CHARS``."""
     line = " ".join(text.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
@@ -126,6 +129,12 @@ class Store:
     def close(self) -> None:
         self.db.conn.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def transaction(self):
         """A transaction context; converts SQLite failures into :class:`StoreError`."""
         return _Tx(self)
@@ -135,6 +144,11 @@ class Store:
     def get_setting(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
         return default if row is None else json.loads(row[0])
+
+    def setting_updated_at(self, key: str) -> str | None:
+        """When ``key`` was last set (ISO time), None when it never was."""
+        row = self.db.execute("SELECT updated_at FROM settings WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
 
     def set_setting(self, key: str, value: Any) -> None:
         with self.transaction():
@@ -258,7 +272,7 @@ class Store:
                 "INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)",
                 [turn_id, pack_ids(turn.prompt_ids), pack_ids(turn.reply_ids)],
             )
-            title = _title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
+            title = title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
             self.db.execute(
                 "UPDATE sessions SET updated_at = ?, title = coalesce(?, title) WHERE id = ?",
                 [turn.finished_at, title, session_id],
@@ -283,19 +297,6 @@ class Store:
 
     def count_turns(self) -> int:
         return self.db.execute("SELECT count(*) FROM turns").fetchone()[0]
-
-    # The agent loop's steps and tool calls live in clawdesk.store.steps; these two read them.
-    def list_steps(self, turn_id: int):
-        """A turn's steps in order (:class:`clawdesk.store.steps.Step`); empty when it was served without tools."""
-        from clawdesk.store.steps import list_steps
-
-        return list_steps(self, turn_id)
-
-    def tool_calls(self, step_id: int):
-        """One step's calls in order (:class:`clawdesk.store.steps.ToolCallRecord`)."""
-        from clawdesk.store.steps import tool_calls
-
-        return tool_calls(self, step_id)
 
     # -- model identity cache ---------------------------------------------------------------
 

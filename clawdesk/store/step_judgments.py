@@ -3,9 +3,8 @@
 A *tool step* is a non-final step of a turn (``steps.idx`` below the turn's last, which is the
 final answer and is judged as the turn itself). Its next state is already there when it is
 recorded: the results of all its tool calls. So it can be judged at once, unlike a turn, which
-waits for the user's next message. It is judged only when its turn may be learned from at all:
-recorded with learning ON, in a non-incognito session, finished, not vetoed (as
-:mod:`clawdesk.store.judgments` rules for turns).
+waits for the user's next message. It is judged only when its turn may be learned from at all
+(:func:`clawdesk.store.rules.learnable_turn`) and finished, as for turns.
 """
 
 from __future__ import annotations
@@ -16,19 +15,20 @@ from typing import Any
 
 from clawdesk.store.judgments import decode_judgment_row
 from clawdesk.store.log import Store, Turn, now_iso
+from clawdesk.store.rules import learnable_turn, tool_step
 from clawdesk.store.steps import Step, ToolCallRecord, list_steps, tool_calls
 from clawdesk.store.tokens import pack_ids
 
-_PENDING = """
+_PENDING = f"""
     FROM steps st
     JOIN turns t ON t.id = st.turn_id
     JOIN sessions s ON s.id = t.session_id
     LEFT JOIN step_judgments sj ON sj.step_id = st.id
     LEFT JOIN feedback f ON f.turn_id = t.id
-    WHERE sj.step_id IS NULL AND t.learning = 1 AND s.incognito = 0
-      AND t.status IN ('finished', 'length') AND coalesce(f.vetoed, 0) = 0
+    WHERE sj.step_id IS NULL AND {learnable_turn("t", "s", "f")}
+      AND t.status IN ('finished', 'length')
       AND st.status IN ('finished', 'length')
-      AND st.idx < (SELECT max(l.idx) FROM steps l WHERE l.turn_id = st.turn_id)
+      AND {tool_step("st")}
       AND EXISTS (SELECT 1 FROM tool_calls c WHERE c.step_id = st.id)
 """
 
@@ -105,3 +105,22 @@ def save_step_judgment(store: Store, j: StepJudgment) -> None:
 def get_step_judgment(store: Store, step_id: int) -> dict[str, Any] | None:
     rows = list(store.db.query("SELECT * FROM step_judgments WHERE step_id = ?", [step_id]))
     return decode_judgment_row(rows[0]) if rows else None
+
+
+def step_summaries(store: Store, turn_id: int) -> list[dict[str, Any]]:
+    """The tool steps of a turn in order, each with what became of it (the "What I learned" detail).
+
+    Keys: ``id, idx``; ``calls`` ("name → status, …", None without calls); ``votes`` (JSON text, None
+    when not judged yet) and ``hint`` of its judgment; ``reward`` it was trained with (None = not yet).
+    """
+    sql = f"""
+        SELECT st.id, st.idx, j.votes, j.hint, a.reward,
+               (SELECT group_concat(name || ' → ' || status, ', ')
+                  FROM (SELECT name, status FROM tool_calls WHERE step_id = st.id ORDER BY idx)) AS calls
+        FROM steps st
+        LEFT JOIN step_judgments j ON j.step_id = st.id
+        LEFT JOIN adapter_step_samples a ON a.step_id = st.id
+        WHERE st.turn_id = ? AND {tool_step("st")}
+        ORDER BY st.idx
+    """
+    return list(store.db.query(sql, [turn_id]))

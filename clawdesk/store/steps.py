@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawdesk.store.log import NewTurn, Store
+from clawdesk.store.rules import final_step
 from clawdesk.store.tokens import pack_ids, unpack_ids
 
 STEP_STATUSES = ("finished", "cancelled", "length")
@@ -165,3 +166,24 @@ def turn_tool_calls(store: Store, turn_id: int) -> list[tuple[int, ToolCallRecor
         step_idx = r.pop("step_idx")
         out.append((step_idx, ToolCallRecord(**{**r, "arguments": json.loads(r["arguments"])})))
     return out
+
+
+def trail_rows(store: Store, turn_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Every step of these turns joined with its calls, in order: what the chat shows of earlier tool use.
+
+    One row per call (a step without calls gives one row whose call columns are None), with the keys
+    ``turn_id, step_id, reply_content, final`` (the turn's last step, :func:`clawdesk.store.rules.final_step`)
+    and ``name, arguments, result, status`` (``arguments`` as stored: JSON text).
+    """
+    ids = list(turn_ids)
+    if not ids:
+        return []
+    sql = f"""
+        SELECT st.turn_id, st.id AS step_id, st.reply_content, {final_step("st")} AS final,
+               c.name, c.arguments, c.result, c.status
+        FROM steps st
+        LEFT JOIN tool_calls c ON c.step_id = st.id
+        WHERE st.turn_id IN ({",".join("?" * len(ids))})
+        ORDER BY st.turn_id, st.idx, c.idx
+    """
+    return list(store.db.query(sql, ids))

@@ -20,6 +20,8 @@ from textual.content import Content
 from textual.widgets import Collapsible, Static
 
 from clawdesk.store import Store
+from clawdesk.store.step_judgments import step_summaries
+from clawdesk.store.steps import trail_rows
 
 SCREEN_RESULT_CHARS = 1500  # what a block shows of a result; long outputs make the chat unreadable
 SUMMARY_CHARS = 60  # the argument shown on a block's one line
@@ -191,19 +193,7 @@ def load_trails(store: Store, turn_ids: Iterable[int]) -> dict[int, list[StepVie
     ids = list(turn_ids)
     if not ids:
         return {}
-    marks = ",".join("?" * len(ids))
-    rows = store.db.query(
-        f"""
-        SELECT s.turn_id, s.id AS step_id, s.reply_content,
-               s.idx = (SELECT MAX(idx) FROM steps WHERE turn_id = s.turn_id) AS final,
-               c.name, c.arguments, c.result, c.status
-        FROM steps s
-        LEFT JOIN tool_calls c ON c.step_id = s.id
-        WHERE s.turn_id IN ({marks})
-        ORDER BY s.turn_id, s.idx, c.idx
-        """,
-        ids,
-    )
+    rows = trail_rows(store, ids)
     steps: dict[int, dict[int, StepView]] = {}
     for row in rows:
         if row["final"] and row["name"] is None:
@@ -231,21 +221,7 @@ _VOTE = {1: "+1", -1: "−1", 0: "0"}
 
 def step_lines(store: Store, turn_id: int) -> list[str]:
     """One line per non-final step of a turn: its calls, and its judge votes or "not judged yet"."""
-    rows = list(
-        store.db.query(
-            """
-            SELECT s.id, s.idx, j.votes, j.hint, a.reward,
-                   (SELECT group_concat(name || ' → ' || status, ', ')
-                      FROM (SELECT name, status FROM tool_calls WHERE step_id = s.id ORDER BY idx)) AS calls
-            FROM steps s
-            LEFT JOIN step_judgments j ON j.step_id = s.id
-            LEFT JOIN adapter_step_samples a ON a.step_id = s.id
-            WHERE s.turn_id = ? AND s.idx < (SELECT MAX(idx) FROM steps WHERE turn_id = ?)
-            ORDER BY s.idx
-            """,
-            [turn_id, turn_id],
-        )
-    )
+    rows = step_summaries(store, turn_id)
     lines = []
     for row in rows:
         line = f"step {row['idx'] + 1}: {row['calls'] or 'no call'} · "
