@@ -93,6 +93,13 @@ def serving_label(engine: Engine, loop: LearningLoop | None) -> str:
     return "base" if engine.adapter_version is None else f"v{engine.adapter_version}"
 
 
+def _takes_arguments(req: ChatRequest) -> bool:
+    """Whether any tool the reply is forced to call has parameters (else its arguments can only be {})."""
+    forced = set(req.forced_tools)
+    fns = [t["function"] for t in req.tools if t["function"]["name"] in forced]
+    return any((fn.get("parameters") or {}).get("properties") for fn in fns)
+
+
 class EngineWorker:
     """One generation thread for one engine; :meth:`submit` from any thread."""
 
@@ -206,7 +213,9 @@ class EngineWorker:
             top_p=self.chat.top_p if req.top_p is None else req.top_p,
             max_tokens=min(req.max_tokens or self.chat.max_reply_tokens, room),
         )
-        grammar = tool_call_grammar(req.forced_tools) if req.forced_tools else None
+        grammar = None
+        if req.forced_tools:  # tool_choice "required" or a named function: the reply can only be a call
+            grammar = tool_call_grammar(req.forced_tools, no_arguments=not _takes_arguments(req))
         with self.gate, engine.chat_turn():
             if self.loop is None:
                 self._sync_adapter(store)
