@@ -43,7 +43,8 @@ def visible(raw: str, *, tools: bool, stops: Sequence[str], started_in_thinking:
         thought, closed, rest = body.partition(THINK_CLOSE)
         thought = thought.lstrip()
         if not closed:
-            return Visible(thought if final else hold_back(thought, THINK_CLOSE), "")
+            # Trailing whitespace waits for the next text: the thought may end here (it is stripped).
+            return Visible(thought.rstrip() if final else hold_back(thought, THINK_CLOSE).rstrip(), "")
         reasoning, content = thought.rstrip(), rest.lstrip()
     elif not final and THINK_OPEN.startswith(body):
         return Visible("", "")  # "<thi" may become "<think>"
@@ -63,9 +64,7 @@ def visible(raw: str, *, tools: bool, stops: Sequence[str], started_in_thinking:
     if not final and not stopped:
         for stop in stops:
             content = hold_back(content, stop)
-    if final:
-        content = content.rstrip()
-    return Visible(reasoning, content, stopped)
+    return Visible(reasoning, content.rstrip(), stopped)  # trailing whitespace waits, as the thought's
 
 
 class ReplyView:
