@@ -204,6 +204,19 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_generation_and_it_is_r
     assert status == "cancelled" and 2 <= n_reply < 700
 
 
+def test_a_client_that_gives_up_on_a_whole_reply_cancels_it_too(server, store):
+    with pytest.raises(openai.APITimeoutError):
+        server.client(timeout=0.5).chat.completions.create(
+            model="any",
+            messages=[{"role": "user", "content": "Write a very long story about a lighthouse keeper and the sea."}],
+            max_tokens=700,
+            temperature=0.9,
+            seed=7,
+        )
+    ((_, _, _, status, _, _, n_reply, _),) = _wait_turns(store, 1)
+    assert status == "cancelled" and n_reply < 700
+
+
 def test_two_clients_at_once_are_both_served(server, store):
     results: dict[int, str] = {}
 

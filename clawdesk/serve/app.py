@@ -27,7 +27,6 @@ from clawdesk.serve.security import Guard
 from clawdesk.serve.worker import EngineWorker, Failed, Finished, Job, LearningLoop, Started, Text, serving_label
 
 MAX_BODY_BYTES = 32 << 20
-DISCONNECT_POLL_S = 0.25  # how often a client waiting for a whole reply is checked for having left
 
 
 def error_response(err: ApiError) -> JSONResponse:
@@ -193,20 +192,25 @@ def _extension(done: Finished) -> dict[str, Any]:
 
 
 async def _until_finished(events: asyncio.Queue, request: Request, job: Job) -> Finished | Failed:
-    """The end of a non-streamed reply; a client that left meanwhile cancels it."""
+    """The end of a non-streamed reply; a client that leaves meanwhile cancels it."""
+    listener = asyncio.create_task(_on_disconnect(request.receive, job.cancel.set))
     try:
         while True:
-            try:
-                event = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel.set()
-                continue
+            event = await events.get()
             if isinstance(event, Finished | Failed):
                 return event
     except asyncio.CancelledError:
         job.cancel.set()
         raise
+    finally:
+        listener.cancel()
+
+
+async def _on_disconnect(receive, then: Callable[[], None]) -> None:
+    """Wait for the client to go away (the request body was read already), then call ``then``."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    then()
 
 
 def _data(obj: Any) -> bytes:
@@ -261,7 +265,7 @@ class EventStream:
         self.on_close = on_close
 
     async def __call__(self, scope, receive, send) -> None:
-        listener = asyncio.create_task(self._listen(receive))
+        listener = asyncio.create_task(_on_disconnect(receive, self.on_close))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
             async for chunk in self.body:
@@ -276,8 +280,3 @@ class EventStream:
             listener.cancel()
             self.on_close()  # a finished job ignores it; a running one stops at its next token
             await self.body.aclose()
-
-    async def _listen(self, receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.on_close()

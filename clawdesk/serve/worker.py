@@ -173,6 +173,15 @@ class EngineWorker:
             store.close()
 
     def _serve(self, store: Store, job: Job) -> None:
+        # The whole turn holds the gate and the engine's chat turn, from rendering on (as the TUI's):
+        # a judge working on the same engine stops inside its native call before our first lock.
+        with self.gate, self.engine.chat_turn():
+            finished = self._turn(store, job)
+        job.emit(finished)  # the client first; then the loop may look for a judgeable turn
+        if self.loop is not None and not job.side:
+            self.loop.turn_recorded()
+
+    def _turn(self, store: Store, job: Job) -> Finished:
         req = job.request
         engine = self.engine
         messages = self._with_system(req.messages)
@@ -186,7 +195,7 @@ class EngineWorker:
                 code="model_not_supported",
             )
         thinking = self.chat.thinking if req.thinking is None else req.thinking
-        text = engine.render(messages, thinking=thinking, tools=tools or None)
+        text = self._render(messages, thinking, tools)
         prompt_ids = engine.tokenize(text)
         room = engine.n_ctx - len(prompt_ids)
         if room < MIN_REPLY_ROOM:
@@ -216,38 +225,47 @@ class EngineWorker:
         grammar = None
         if req.forced_tools:  # tool_choice "required" or a named function: the reply can only be a call
             grammar = tool_call_grammar(req.forced_tools, no_arguments=not _takes_arguments(req))
-        with self.gate, engine.chat_turn():
-            if self.loop is None:
-                self._sync_adapter(store)
-            with self.gate.computing():
-                reply = engine.generate(
-                    prompt_ids,
-                    params,
-                    cancel=job.cancel,
-                    stop_when=lambda: view.stopped,
-                    on_delta=on_delta,
-                    seed=req.seed,
-                    grammar=grammar,
-                )
-            reasoning, content = view.finish()
-            status = "cancelled" if job.cancel.is_set() else "finished" if view.stopped else reply.status
-            calls = self._calls(reply, status, bool(tools), started_in_thinking)
-            message, finish_reason, extra = self._message(view, status, calls)
-            if reasoning or content or extra:
-                job.emit(Text(reasoning, content + extra))
-            turn_id = self._record(store, session_id, job, messages, reply, view, status, thinking, message, calls)
-        if self.loop is not None and not job.side:
-            self.loop.turn_recorded()
-        job.emit(
-            Finished(
-                message=message,
-                finish_reason=finish_reason,
-                usage=usage(len(prompt_ids), len(reply.reply_ids)),
-                session_id=session_id,
-                turn_id=turn_id,
-                status=status,
+        if self.loop is None:
+            self._sync_adapter(store)
+        with self.gate.computing():
+            reply = engine.generate(
+                prompt_ids,
+                params,
+                cancel=job.cancel,
+                stop_when=lambda: view.stopped,
+                on_delta=on_delta,
+                seed=req.seed,
+                grammar=grammar,
             )
+        reasoning, content = view.finish()
+        status = "cancelled" if job.cancel.is_set() else "finished" if view.stopped else reply.status
+        calls = self._calls(reply, status, bool(tools), started_in_thinking)
+        message, finish_reason, extra = self._message(view, status, calls)
+        if reasoning or content or extra:
+            job.emit(Text(reasoning, content + extra))
+        turn_id = self._record(store, session_id, job, messages, reply, view, status, thinking, message, calls)
+        return Finished(
+            message=message,
+            finish_reason=finish_reason,
+            usage=usage(len(prompt_ids), len(reply.reply_ids)),
+            session_id=session_id,
+            turn_id=turn_id,
+            status=status,
         )
+
+    def _render(self, messages: list[dict[str, Any]], thinking: bool, tools: list[dict[str, Any]]) -> str:
+        import jinja2
+
+        try:
+            return self.engine.render(messages, thinking=thinking, tools=tools or None)
+        except jinja2.TemplateError as exc:  # a template's raise_exception(), or one that fails on these roles
+            raise ApiError(
+                400,
+                f"the model's chat template cannot render these messages ({exc}). Check the order of the "
+                "roles: a system message first, then user / assistant / tool messages.",
+                param="messages",
+                code="template_error",
+            ) from exc
 
     def _sync_adapter(self, store: Store) -> None:
         """Without a learning loop here, serve the version the TUI or `clawdesk use` chose (between replies)."""
