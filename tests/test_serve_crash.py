@@ -112,6 +112,7 @@ def test_kill_9_mid_stream_loses_no_earlier_turn_and_a_restart_continues_the_ses
         _stop(proc)
 
 
+@pytest.mark.slow
 def test_learning_through_the_api(tmp_path):
     """Turns recorded over the API are judged and trained on, and the next request is served by the
     new adapter version, visible in /v1/models (the integration of clawdesk.loop and serve)."""

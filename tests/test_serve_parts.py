@@ -110,3 +110,16 @@ def test_a_non_loopback_host_needs_confirmation(monkeypatch):
     tty.isatty = lambda: True
     monkeypatch.setattr("sys.stdin", tty)
     assert confirm_host("192.168.1.5", yes=False) is False
+
+
+def test_a_taken_port_is_said_before_the_model_loads(home, capsys):
+    import socket
+
+    from clawdesk.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code = main(["serve", "--port", str(taken.getsockname()[1])])
+    assert code == 2 and "cannot listen on 127.0.0.1" in capsys.readouterr().err
+    assert not (home / "clawdesk.db").exists()  # nothing was opened or loaded

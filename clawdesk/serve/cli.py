@@ -8,6 +8,7 @@ loop of ``clawdesk.loop``); without it turns are recorded for ``clawdesk judge``
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import Any
 
@@ -61,6 +62,20 @@ def confirm_host(host: str, *, yes: bool) -> bool:
     return input("Type 'yes' to listen there: ").strip().lower() == "yes"
 
 
+def check_port(host: str, port: int) -> None:
+    """Raise InputError when ``host:port`` cannot be listened on (taken, or not this machine's address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise InputError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}). Another program (or another "
+                "`clawdesk serve`) may be using the port: pick another with --port."
+            ) from exc
+
+
 def run(args: argparse.Namespace, config: Config | None = None) -> int:
     if config is None:
         config = load_config(default_home(getattr(args, "data_dir", None)))
@@ -73,6 +88,7 @@ def run(args: argparse.Namespace, config: Config | None = None) -> int:
     from clawdesk.serve.security import allowed_hosts, is_loopback, load_or_create_token
     from clawdesk.serve.worker import EngineWorker, serving_label
 
+    check_port(args.host, args.port)  # before the model loads: a taken port is said at once
     store = open_store(config)
     engine = loop = worker = None
     try:
@@ -83,6 +99,7 @@ def run(args: argparse.Namespace, config: Config | None = None) -> int:
         worker = EngineWorker(engine, config, gate=gate, loop=loop)
         worker.start()
         if loop is not None:
+            loop.subscribe(_print_learning_event)
             loop.start()
         app = build_app(
             worker, token=token, hosts=allowed_hosts(args.host, args.port), origins=args.allow_origin, loop=loop
@@ -99,9 +116,14 @@ def run(args: argparse.Namespace, config: Config | None = None) -> int:
         if engine.identity.note:
             lines.append(f"  [{engine.identity.note}]")
         print("\n".join(lines), file=sys.stderr, flush=True)
-        server.run()
-        if not getattr(server, "started", True):
-            raise InputError(f"could not listen on {args.host}:{args.port} (in use, or not an address of this machine)")
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            # uvicorn shut down gracefully on Ctrl-C, then re-raised the signal: that is a normal stop.
+            print("clawdesk serve: stopped", file=sys.stderr)
+            return 0
+        except SystemExit as exc:  # uvicorn exits when it cannot bind (the port was taken since the check)
+            raise InputError(f"could not listen on {args.host}:{args.port}; pick another --port") from exc
     finally:
         if worker is not None:
             worker.close()
@@ -121,6 +143,19 @@ def _learning_loop(config: Config, store, engine, gate) -> Any:
     if build is None:
         return None
     return build(config, store, engine, gate=gate, auto_train=True)
+
+
+# What a server console shows of the loop's events (by type name: the loop's event types live in
+# clawdesk.loop, which this module does not import); judge votes and progress would flood it.
+SHOWN_EVENTS = frozenset(
+    {"TrainingStarted", "TrainingFinished", "TrainingFailed", "VersionRejected", "VersionServed", "SwapFailed",
+     "ServingProblem", "LearningToggled"}
+)  # fmt: skip
+
+
+def _print_learning_event(event: Any) -> None:
+    if type(event).__name__ in SHOWN_EVENTS:
+        print(f"[learning] {event}", file=sys.stderr, flush=True)
 
 
 def _learning_line(store, loop, no_learn: bool) -> str:
