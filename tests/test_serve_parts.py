@@ -96,7 +96,10 @@ def test_the_guard_accepts_only_the_bound_host_known_origins_and_the_token():
     assert guard.check({**ok, "host": "127.0.0.1:9999"}).status == 403
     assert guard.check({**ok, "origin": "http://evil.example"}).status == 403
     assert guard.check({**ok, "authorization": "Bearer nope"}).status == 401
-    wildcard = Guard(None, token="t" * 20, hosts=allowed_hosts("0.0.0.0", 8765))
+    wildcard = Guard(
+        None, token="t" * 20, hosts=allowed_hosts("0.0.0.0", 8765), extra_hosts=["host.docker.internal:8765"]
+    )
+    assert wildcard.check({**ok, "host": "host.docker.internal:8765"}) is None
     assert wildcard.check({**ok, "host": "192.168.1.5:8765"}) is None
     assert wildcard.check({**ok, "host": "rebound.example:8765"}).status == 403
 

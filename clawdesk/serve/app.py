@@ -104,6 +104,7 @@ def build_app(
     hosts: frozenset[str] | None,
     origins: Iterable[str] = (),
     loop: LearningLoop | None = None,
+    extra_hosts: Iterable[str] = (),
 ):
     """The ASGI app: the routes behind the :class:`~clawdesk.serve.security.Guard` (and CORS for allowed origins)."""
     api = Api(worker, loop)
@@ -116,7 +117,7 @@ def build_app(
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
     origins = list(origins)
-    guarded = Guard(app, token=token, hosts=hosts, origins=origins)
+    guarded = Guard(app, token=token, hosts=hosts, origins=origins, extra_hosts=extra_hosts)
     if not origins:
         return guarded
     # Preflights from an allowed browser origin are answered here; every real request still meets the guard.

@@ -34,6 +34,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="ORIGIN",
         help="a web page origin allowed to call the API from a browser, e.g. http://localhost:3000 (repeatable)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another host name clients use in the URL, e.g. host.docker.internal (repeatable)",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask before listening on a non-loopback address")
     p.add_argument("--no-learn", action="store_true", help="record turns but run no learning loop in this process")
     p.set_defaults(func=run)
@@ -102,7 +109,12 @@ def run(args: argparse.Namespace, config: Config | None = None) -> int:
             loop.subscribe(_print_learning_event)
             loop.start()
         app = build_app(
-            worker, token=token, hosts=allowed_hosts(args.host, args.port), origins=args.allow_origin, loop=loop
+            worker,
+            token=token,
+            hosts=allowed_hosts(args.host, args.port),
+            origins=args.allow_origin,
+            loop=loop,
+            extra_hosts=[f"{name}:{args.port}" for name in args.allow_host],
         )
         server = make_server(app, args.host, args.port)
         where = "this machine only" if is_loopback(args.host) else "THE NETWORK (not loopback)"

@@ -90,10 +90,19 @@ def _is_ip(name: str) -> bool:
 class Guard:
     """ASGI middleware: Host, Origin and bearer token checks before the app sees a request."""
 
-    def __init__(self, app, *, token: str, hosts: frozenset[str] | None, origins: Iterable[str] = ()):
+    def __init__(
+        self,
+        app,
+        *,
+        token: str,
+        hosts: frozenset[str] | None,
+        origins: Iterable[str] = (),
+        extra_hosts: Iterable[str] = (),
+    ):
         self.app = app
         self.token = token.encode("utf-8")
         self.hosts = hosts
+        self.extra_hosts = frozenset(h.lower() for h in extra_hosts)  # "name:port" allowed with --allow-host
         self.origins = frozenset(o.rstrip("/") for o in origins)
 
     async def __call__(self, scope, receive, send) -> None:
@@ -113,11 +122,13 @@ class Guard:
 
     def check(self, headers: dict[str, str]) -> ApiError | None:
         host = headers.get("host", "")
-        if not (_ip_literal_host(host) if self.hosts is None else host.lower() in self.hosts):
+        bound = _ip_literal_host(host) if self.hosts is None else host.lower() in self.hosts
+        if not bound and host.lower() not in self.extra_hosts:
             return ApiError(
                 403,
                 f"refused: Host {host!r} is not the address this server is bound to "
-                f"({', '.join(sorted(self.hosts or ['an IP address']))}); use that address in the URL.",
+                f"({', '.join(sorted(self.hosts or ['an IP address']))}); use that address in the URL, or allow "
+                "this name with `clawdesk serve --allow-host NAME`.",
                 type_="permission_error",
                 code="host_not_allowed",
             )
