@@ -1,5 +1,6 @@
-"""`clawdesk serve` as a real process: `kill -9` mid-stream loses no earlier turn, and a restarted
-server continues the recorded conversation (its session index is rebuilt from the log).
+"""`clawdesk serve` as a real process: `kill -9` mid-stream loses no earlier turn, a restarted server
+continues the recorded conversation (its session index is rebuilt from the log), and Ctrl-C stops it
+soon with the reply in flight recorded as cancelled.
 
 Also the end-to-end "learning through the API" test, which needs the headless learning loop
 (``clawdesk.loop``): it is skipped, not faked, where this build has none.
@@ -110,6 +111,34 @@ def test_kill_9_mid_stream_loses_no_earlier_turn_and_a_restart_continues_the_ses
         assert int(raw.headers["x-session-id"]) == session_id
     finally:
         _stop(proc)
+
+
+def test_ctrl_c_mid_stream_stops_soon_and_records_the_reply_as_cancelled(home):
+    port = free_port()
+    proc = _start(home, port)
+    try:
+        client = _client(home, port, proc)
+        stream = client.chat.completions.create(
+            model="any",
+            messages=[{"role": "user", "content": "Write a very long story about the sea."}],
+            max_tokens=700,
+            temperature=0.9,
+            seed=3,
+            stream=True,
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                proc.send_signal(signal.SIGINT)
+                break
+        assert proc.wait(30) == 0
+    finally:
+        _stop(proc)
+    store = Store.open(home / "clawdesk.db")
+    try:
+        (turn,) = store.list_turns(store.list_sessions()[0].id)
+        assert turn.status == "cancelled" and 0 < turn.n_reply_tokens < 700
+    finally:
+        store.close()
 
 
 @pytest.mark.slow

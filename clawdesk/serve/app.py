@@ -27,6 +27,7 @@ from clawdesk.serve.security import Guard
 from clawdesk.serve.worker import EngineWorker, Failed, Finished, Job, LearningLoop, Started, Text, serving_label
 
 MAX_BODY_BYTES = 32 << 20
+GRACEFUL_S = 3  # seconds open streams get at shutdown
 
 
 def error_response(err: ApiError) -> JSONResponse:
@@ -134,7 +135,17 @@ def make_server(app, host: str, port: int):
     """A uvicorn server for ``app`` (``.run()`` blocks; ``.should_exit = True`` stops it)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False)
+    # On Ctrl-C open streams get a few seconds, then their tasks are cancelled (which cancels their
+    # generation; the turn is recorded as cancelled) instead of uvicorn waiting for every reply to end.
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
     return uvicorn.Server(config)
 
 
@@ -168,8 +179,16 @@ async def _json_body(request: Request) -> Any:
 
 
 def _emitter(events: asyncio.Queue) -> Callable[[Any], None]:
+    """``emit`` for the worker thread: hands events to this request's queue on the event loop."""
     loop = asyncio.get_running_loop()
-    return lambda event: loop.call_soon_threadsafe(events.put_nowait, event)
+
+    def emit(event: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+        except RuntimeError:  # "Event loop is closed": the server stopped, nobody listens any more
+            return  # (the worker must still record the turn, so this is no error for it)
+
+    return emit
 
 
 def _side(request: Request) -> bool:

@@ -114,6 +114,7 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name="clawdesk-serve-engine", daemon=True)
         self._ready = threading.Event()
         self._closed = False
+        self._current: Job | None = None  # the job being served (close() cancels it)
         self._start_error: BaseException | None = None
 
     def start(self) -> None:
@@ -132,8 +133,12 @@ class EngineWorker:
         return self._jobs.qsize()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop after the job being served (queued ones are dropped: their clients are gone with the server)."""
+        """Stop: the reply being generated ends at its next token and is recorded as cancelled; queued
+        jobs are answered 503 (their clients are going away with the server)."""
         self._closed = True
+        current = self._current
+        if current is not None:
+            current.cancel.set()
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -160,6 +165,7 @@ class EngineWorker:
             while (job := self._jobs.get()) is not None:
                 if job.cancel.is_set():
                     continue  # the client left while queued: nothing was served, nothing to record
+                self._current = job
                 try:
                     self._serve(store, job)
                 except ApiError as err:
@@ -169,6 +175,8 @@ class EngineWorker:
                 except Exception as err:  # a bug must cost one request, not the server
                     log.exception("serving a request failed")
                     job.emit(Failed(ApiError(500, f"internal error: {err!r}", type_="server_error")))
+                finally:
+                    self._current = None
         finally:
             store.close()
 
