@@ -92,8 +92,11 @@ def test_a_streamed_completion_arrives_in_chunks_and_matches_the_recorded_reply(
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finish in (["stop"], ["length"])
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
-    ((*_, recorded, n_reply, _learning),) = _turns(store)
+    ((turn_id, session_id, _, status, _, recorded, n_reply, _),) = _turns(store)
     assert "".join(pieces) == recorded and n_reply == chunks[-1].usage.completion_tokens
+    # A new conversation's session is written with its turn: its id comes in the last chunk.
+    (last,) = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert last.model_extra["clawdesk"] == {"session_id": session_id, "turn_id": turn_id, "status": status}
 
 
 def test_two_requests_are_one_session_and_the_second_user_message_is_the_first_replys_next_state(server, store):

@@ -85,14 +85,15 @@ class Api:
             raise
         if isinstance(first, Failed):
             return error_response(first.error)
-        headers = {"X-Session-Id": str(first.session_id)}
+        # A new conversation's session is created with its first turn (one commit, after the reply).
+        headers = {} if first.session_id is None else {"X-Session-Id": str(first.session_id)}
         head = self.head()
         if req.stream:
             return EventStream(_sse(events, head, req.include_usage), headers=headers, on_close=job.cancel.set)
         done = await _until_finished(events, request, job)
         if isinstance(done, Failed):
             return error_response(done.error)
-        headers["X-Turn-Id"] = str(done.turn_id)
+        headers.update({"X-Session-Id": str(done.session_id), "X-Turn-Id": str(done.turn_id)})
         body = head.completion(done.message, done.finish_reason, done.usage)
         body["clawdesk"] = _extension(done)
         return JSONResponse(body, headers=headers)

@@ -10,6 +10,7 @@ and the learning loop is told after each main turn.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -43,7 +44,7 @@ class LearningLoop(Protocol):
 
 @dataclass(frozen=True)
 class Started:
-    session_id: int
+    session_id: int | None  # None: a new session, created with the turn (its id comes in Finished)
     prompt_tokens: int
 
 
@@ -215,8 +216,8 @@ class EngineWorker:
                 param="messages",
                 code="context_length_exceeded",
             )
-        session_id = self._session(store, job, messages, thinking)
-        job.emit(Started(session_id, len(prompt_ids)))
+        session = self._session(store, job, messages, thinking)
+        job.emit(Started(session if isinstance(session, int) else None, len(prompt_ids)))
         started_in_thinking = text.rstrip().endswith("<think>")
         view = ReplyView(tools=bool(tools), stops=req.stop, started_in_thinking=started_in_thinking)
 
@@ -251,7 +252,7 @@ class EngineWorker:
         message, finish_reason, extra = self._message(view, status, calls)
         if reasoning or content or extra:
             job.emit(Text(reasoning, content + extra))
-        turn_id = self._record(store, session_id, job, messages, reply, view, status, thinking, message, calls)
+        session_id, turn_id = self._record(store, session, job, messages, reply, view, status, thinking, message, calls)
         return Finished(
             message=message,
             finish_reason=finish_reason,
@@ -289,8 +290,9 @@ class EngineWorker:
             return messages
         return [{"role": "system", "content": self.chat.system_prompt}, *messages]
 
-    def _session(self, store: Store, job: Job, messages: list[dict[str, Any]], thinking: bool) -> int:
-        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    def _session(self, store: Store, job: Job, messages: list[dict[str, Any]], thinking: bool) -> int | NewSession:
+        """The session the turn continues, or the one to create with it (one commit, not two, before the reply)."""
+        new = NewSession(messages[0]["content"] if messages[0]["role"] == "system" else "", thinking)
         if job.session_header is not None:
             main = store.get_session(job.session_header)  # NotFoundError: 404
             if not job.side:
@@ -298,13 +300,11 @@ class EngineWorker:
             side_id = self.index.side_session(main.id)
             if side_id is not None and self._exists(store, side_id):
                 return side_id
-            side_id = store.create_session(system_prompt=system, thinking=thinking, title="side turns").id
-            self.index.set_side_session(main.id, side_id)
-            return side_id
+            return dataclasses.replace(new, title="side turns", side_of=main.id)
         match = self.index.match(messages, side=job.side)
         if match.session_id is not None and self._exists(store, match.session_id):
             return match.session_id
-        return store.create_session(system_prompt=system, thinking=thinking).id
+        return new
 
     def _exists(self, store: Store, session_id: int) -> bool:
         try:
@@ -335,35 +335,55 @@ class EngineWorker:
         finish = "tool_calls" if calls else "length" if status == "length" else "stop"
         return message, finish, extra
 
-    def _record(self, store, session_id, job, messages, reply, view, status, thinking, message, parsed) -> int:
-        ident = self.engine.identity
-        turn_id = store.add_turn(
-            session_id,
-            NewTurn(
-                user_content=user_content(new_part(messages)),
-                # Cut at a stop string: what the client got. Otherwise the answer as the TUI records it
-                # (<tool_call> blocks included: the judge reads the calls).
-                reply_content=view.sent_content if view.stopped else reply.content,
-                reply_thinking=reply.thinking,
-                status=status,
-                thinking=thinking and self.engine.supports_thinking,
-                model_name=ident.name,
-                model_path=str(ident.path),
-                model_sha256=ident.sha256,
-                prompt_ids=reply.prompt_ids,
-                reply_ids=reply.reply_ids,
-                started_at=wall_iso(reply.started_at),
-                finished_at=wall_iso(reply.finished_at),
-                adapter_version=reply.adapter_version,
-                latency_ms=reply.latency_ms,
-                tokens_per_s=reply.tokens_per_s,
-                learning=not job.side,
-            ),
-        )
+    def _record(self, store, session, job, messages, reply, view, status, thinking, message, parsed) -> tuple[int, int]:
+        """Record the turn (and its new session) in one transaction; returns (session id, turn id)."""
+        with store.transaction():
+            if isinstance(session, NewSession):
+                session_id = store.create_session(
+                    system_prompt=session.system, thinking=session.thinking, title=session.title
+                ).id
+            else:
+                session_id = session
+            turn_id = store.add_turn(session_id, self._new_turn(messages, reply, view, status, job, thinking))
+        if isinstance(session, NewSession) and session.side_of is not None:
+            self.index.set_side_session(session.side_of, session_id)
         sent = {k: v for k, v in message.items() if k != "tool_calls"}
         if "tool_calls" in message:
             sent["tool_calls"] = [
                 {"type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}} for c in parsed.calls
             ]
         self.index.remember(session_id, store.get_turn(turn_id).seq, [*messages, sent], side=job.side)
-        return turn_id
+        return session_id, turn_id
+
+    def _new_turn(self, messages, reply: Reply, view: ReplyView, status: str, job: Job, thinking: bool) -> NewTurn:
+        ident = self.engine.identity
+        return NewTurn(
+            user_content=user_content(new_part(messages)),
+            # Cut at a stop string: what the client got. Otherwise the answer as the TUI records it
+            # (<tool_call> blocks included: the judge reads the calls).
+            reply_content=view.sent_content if view.stopped else reply.content,
+            reply_thinking=reply.thinking,
+            status=status,
+            thinking=thinking and self.engine.supports_thinking,
+            model_name=ident.name,
+            model_path=str(ident.path),
+            model_sha256=ident.sha256,
+            prompt_ids=reply.prompt_ids,
+            reply_ids=reply.reply_ids,
+            started_at=wall_iso(reply.started_at),
+            finished_at=wall_iso(reply.finished_at),
+            adapter_version=reply.adapter_version,
+            latency_ms=reply.latency_ms,
+            tokens_per_s=reply.tokens_per_s,
+            learning=not job.side,
+        )
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session to create in the same transaction as its first turn."""
+
+    system: str
+    thinking: bool
+    title: str = "New chat"
+    side_of: int | None = None  # the main session whose side turns it holds (X-Session-Id + side)
