@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     from clawdesk import cli_tools
 
     cli_tools.add_commands(add)
+    from clawdesk.serve import cli as serve_cli
+
+    serve_cli.add_parser(sub)
     p = add("learning", cmd_learning, "turn learning on or off, or show its state")
     p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
     p = add("pull", cmd_pull, "download a known model (default: qwen3-4b)")

@@ -84,6 +84,9 @@ class NewTurn:
     dropped_turns: int = 0
     latency_ms: float | None = None
     tokens_per_s: float | None = None
+    # False: never learn from this turn, whatever the switch says (the API's side turns: heartbeats,
+    # memory calls). True: learn when learning is ON.
+    learning: bool = True
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ class Store:
                 "tokens_per_s": turn.tokens_per_s,
                 "started_at": turn.started_at,
                 "finished_at": turn.finished_at,
-                "learning": int(self.learning_enabled),
+                "learning": int(turn.learning and self.learning_enabled),
             }
             cur = self.db.execute(
                 f"INSERT INTO turns({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
