@@ -118,17 +118,6 @@ class Engine:
             ctx = self.llm._ctx.ctx
             return llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)
 
-    def _apply_threads(self) -> None:
-        """Give the context the budget's thread count; call under ``self.lock`` before native work."""
-        n = self.threads.wanted()
-        llm = self.llm
-        if n is None or (llm.n_threads == n and llm.n_threads_batch == n):
-            return
-        llm._ctx.set_n_threads(n, n)  # takes effect at the next llama_decode
-        # Keep llama-cpp-python's own record in step (its pickled state and repr read these).
-        llm.n_threads = llm.n_threads_batch = n
-        llm.context_params.n_threads = llm.context_params.n_threads_batch = n
-
     @property
     def supports_thinking(self) -> bool:
         return self.template.supports_thinking
@@ -272,7 +261,7 @@ class Engine:
                         if stopped():
                             status = "cancelled"
                             break
-                        self._apply_threads()  # the trainer may have started or stopped meanwhile
+                        self.threads.apply(self.llm)  # the trainer may have started or stopped meanwhile
                     else:  # llm.generate never ends by itself: a chat call stopped it inside llama_decode
                         if self._preempt.preemptions != preempted:
                             status = "cancelled"
@@ -417,7 +406,7 @@ class Engine:
         for start in range(common, len(ids), chunk):
             if stopped():
                 return False
-            self._apply_threads()
+            self.threads.apply(self.llm)
             try:
                 llm.eval(ids[start : start + chunk])
             except RuntimeError as exc:

@@ -1,8 +1,8 @@
 """How many CPU threads the engine's llama.cpp context may use: every core when nothing else computes, half when busy.
 
 :class:`ThreadBudget` holds the "busy" flags (the trainer process running, a judge on another
-engine computing); :class:`~clawdesk.engine.llama.Engine` reads :meth:`ThreadBudget.wanted` before
-each native call and applies it between prompt chunks and tokens.
+engine computing); :class:`~clawdesk.engine.llama.Engine` calls :meth:`ThreadBudget.apply` before
+each native call, so a change takes effect between prompt chunks and tokens.
 """
 
 from __future__ import annotations
@@ -76,3 +76,14 @@ class ThreadBudget:
         if self.fixed:
             return None
         return default_threads() if self.busy else all_threads()
+
+    def apply(self, llm) -> None:
+        """Give ``llm``'s (a ``llama_cpp.Llama``) context the count wanted now; call under the engine lock
+        before native work."""
+        n = self.wanted()
+        if n is None or (llm.n_threads == n and llm.n_threads_batch == n):
+            return
+        llm._ctx.set_n_threads(n, n)  # takes effect at the next llama_decode
+        # Keep llama-cpp-python's own record in step (its pickled state and repr read these).
+        llm.n_threads = llm.n_threads_batch = n
+        llm.context_params.n_threads = llm.context_params.n_threads_batch = n
