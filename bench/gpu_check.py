@@ -52,16 +52,16 @@ def train_and_check(
     name: str, gguf: Path, work: Path, *, device: str, n: int, prompt_len: int, reply_len: int, lr: float
 ) -> dict:
     """One 4-bit training step through the real trainer, then the llama.cpp-vs-PEFT check of its adapter."""
-    import gguf as gguf_lib
     import torch
 
     from clawdesk.config import TrainConfig
+    from clawdesk.gguf.header import read_header
     from clawdesk.learn.base_model import gguf_architecture
     from clawdesk.learn.trainer import train
     from clawdesk.testing.lora_check import llama_cpp_vs_peft
 
     db, adapters = work / f"{name}.db", work / f"{name}-adapters"
-    vocab = len(gguf_lib.GGUFReader(gguf).get_field(gguf_lib.Keys.Tokenizer.LIST).data)  # token ids < vocab
+    vocab = len(read_header(gguf, arrays=True).fields["tokenizer.ggml.tokens"])  # token ids < vocab
     _fill(db, n, prompt_len=prompt_len, reply_len=reply_len, vocab=vocab, seed=0)
     config = TrainConfig(
         batch_size=n, epochs=1, lr=lr, device=device, load_in_4bit=True, max_logprob_drop=50.0,

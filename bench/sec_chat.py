@@ -32,7 +32,7 @@ SHA = "bench"  # the engine's sha256 (chat_load's samples carry the same)
 
 def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.engine import Engine
-    from clawdesk.engine.llama import all_threads
+    from clawdesk.engine.threads import all_threads
     from clawdesk.models import DEMO_NAME, resolve_model
 
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
@@ -116,7 +116,7 @@ def _engine_run(engine, ids: list[int], params, budget_s: float) -> tuple[float,
 
 
 def decode_vs_bare(engine, path: Path, tokens: int, rounds: int, log: Callable[[str], None]) -> dict[str, dict]:
-    from clawdesk.engine.llama import all_threads, default_threads
+    from clawdesk.engine.threads import all_threads, default_threads
 
     params = _sampling(tokens)
     budget_s = tokens / 8  # a run stops early below 8 tok/s

@@ -20,7 +20,7 @@ def lora_state(meta: dict[str, str], rank: int) -> dict:
     """A random rank-``rank`` PEFT LoRA state dict over all seven projections, shaped from the GGUF's metadata."""
     import numpy as np
 
-    from clawdesk.learn.adapter_files import KIND_OF_MODULE, BaseDims
+    from clawdesk.gguf.adapters import KIND_OF_MODULE, BaseDims
 
     dims = BaseDims.from_metadata(meta)
     if dims is None:
@@ -39,7 +39,7 @@ def lora_state(meta: dict[str, str], rank: int) -> dict:
 
 def write_random_adapter(engine, path: Path, rank: int = RANK) -> Path:
     """A random rank-``rank`` GGUF LoRA for ``engine``'s base at ``path``."""
-    from clawdesk.learn.gguf_lora import write_gguf_lora
+    from clawdesk.gguf.lora import write_gguf_lora
 
     meta = engine.llm.metadata
     arch = meta["general.architecture"]
@@ -68,7 +68,7 @@ def time_swaps(engine, adapter: Path, n: int) -> list[float]:
 def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.config import ModelConfig
     from clawdesk.engine import Engine
-    from clawdesk.learn.adapter_files import BaseDims, check_gguf_lora
+    from clawdesk.gguf.adapters import BaseDims, check_gguf_lora
     from clawdesk.models import DEMO_NAME, resolve_model
 
     n_loads, n_swaps = (3, 5) if quick else (5, 15)

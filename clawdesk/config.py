@@ -169,6 +169,16 @@ class TrainConfig:
         )
 
 
+# What [tools.policy] may name and say, as data: config imports no stage. They equal
+# clawdesk.tools.builtins.BUILTIN_NAMES (in that order) and clawdesk.tools.types.POLICIES;
+# tests/test_config.py fails when a tool is added there and not here.
+BUILTIN_TOOL_NAMES: tuple[str, ...] = (
+    "list_files", "read_file", "search_files", "write_file", "edit_file", "run_shell", "current_time",
+    "remember", "recall", "forget_note",
+)  # fmt: skip
+TOOL_POLICIES: tuple[str, ...] = ("auto", "ask", "never")
+
+
 @dataclass(frozen=True)
 class ToolsConfig:
     """The agent's tools: where they may work, how long and how much, and which need consent."""
@@ -192,15 +202,12 @@ class ToolsConfig:
         _check(isinstance(self.policy, dict), 'tools.policy must be a table: [tools.policy] then run_shell = "ask"')
         if not self.policy:
             return
-        from clawdesk.tools.builtins import BUILTIN_NAMES  # here, not at import: config loads first
-        from clawdesk.tools.types import POLICIES
-
         for name, value in self.policy.items():
-            _check(value in POLICIES, f'tools.policy.{name} must be "auto", "ask" or "never", got {value!r}')
+            _check(value in TOOL_POLICIES, f'tools.policy.{name} must be "auto", "ask" or "never", got {value!r}')
             _check(
-                name in BUILTIN_NAMES or "." in name,
+                name in BUILTIN_TOOL_NAMES or "." in name,
                 f"tools.policy.{name}: there is no built-in tool {name!r} (MCP tools are written "
-                f'"server.tool"); the built-in tools are {", ".join(BUILTIN_NAMES)}',
+                f'"server.tool"); the built-in tools are {", ".join(BUILTIN_TOOL_NAMES)}',
             )
 
 

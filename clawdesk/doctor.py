@@ -1,6 +1,6 @@
 """``clawdesk doctor``: checks of the installation and data dir, each with its verdict and fix.
 
-Owns what is checked and how; :mod:`clawdesk.cli_doctor` owns the printing. Nothing here writes:
+Owns what is checked and how; :mod:`clawdesk.cli.doctor` owns the printing. Nothing here writes:
 the DB is opened read-only (a missing one is "not created yet"), the model's sha256 is taken from
 the store's cache when present and otherwise computed without being cached, and no dir is created.
 Each check is a :class:`Check` with status ``ok``, ``warn`` (works, with a limitation worth
@@ -173,7 +173,8 @@ def _database(path: Path) -> tuple[Check, Store | None]:
 
 
 def _served_model(config: Config, cli_model: str | None, store: Store | None) -> tuple[Check, ModelFacts | None]:
-    from clawdesk.models import KNOWN_MODELS, check_gguf, file_sha256
+    from clawdesk.gguf.files import check_gguf
+    from clawdesk.models import KNOWN_MODELS, file_sha256
     from clawdesk.runtime import resolve_served_model
 
     try:
@@ -209,10 +210,10 @@ def _served_model(config: Config, cli_model: str | None, store: Store | None) ->
 def read_gguf_header(path: Path) -> tuple[dict[str, Any], int]:
     """A GGUF's scalar metadata and parameter count, checking that the file holds all its tensor data.
 
-    Arrays (the tokenizer's) are skipped (:mod:`clawdesk.learn.gguf_header`). Raises
+    Arrays (the tokenizer's) are skipped (:mod:`clawdesk.gguf.header`). Raises
     :class:`ModelError` on a damaged or truncated file.
     """
-    from clawdesk.learn.gguf_header import HeaderError, read_header
+    from clawdesk.gguf.header import HeaderError, read_header
 
     try:
         header = read_header(path)
@@ -230,7 +231,7 @@ def read_gguf_header(path: Path) -> tuple[dict[str, Any], int]:
 
 
 def _adapters(store: Store | None, model: ModelFacts | None) -> list[Check]:
-    from clawdesk.learn.adapter_files import BaseDims, check_version_dir
+    from clawdesk.gguf.adapters import BaseDims, check_version_dir
 
     if store is None or not has_table(store, "adapters"):
         return [Check("adapters", "ok", "none trained yet")]

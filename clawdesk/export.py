@@ -81,7 +81,7 @@ def export_adapter(
     if fmt not in FORMATS:
         raise AdapterError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     row = _pick(store, n)
-    from clawdesk.learn.adapter_files import check_version_dir
+    from clawdesk.gguf.adapters import check_version_dir
 
     # What leaves the data dir must load where it goes: damaged, truncated or foreign files are refused here.
     check_version_dir(

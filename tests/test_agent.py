@@ -19,7 +19,7 @@ from scripted_engine import EOS_ID, ScriptedEngine
 
 from clawdesk.agent import LAST_STEP_NOTE, AgentService, StepStarted, StepText, ToolFinished, ToolStarted
 from clawdesk.cli import main
-from clawdesk.cli_agent import ToolActivity
+from clawdesk.cli.agent import ToolActivity
 from clawdesk.config import ChatConfig, ToolsConfig
 from clawdesk.engine import Delta, Engine
 from clawdesk.models import ResolvedModel

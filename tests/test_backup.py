@@ -25,7 +25,7 @@ from clawdesk.cli import main
 from clawdesk.config import Config
 from clawdesk.engine import SamplingParams
 from clawdesk.errors import InputError, NotFoundError, StoreError
-from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.gguf.lora import write_gguf_lora
 from clawdesk.reload import AdapterSwitch, active_version
 from clawdesk.runtime import open_store
 from clawdesk.store import NewTurn, Store, now_iso

@@ -58,3 +58,17 @@ def test_home_precedence(tmp_path, monkeypatch):
     monkeypatch.delenv("CLAWDESK_HOME")
     assert "clawdesk" in str(default_home(None)).lower()
     assert isinstance(default_home(None), Path)
+
+
+def test_tool_names_and_policies_in_config_are_the_tools_own():
+    """config.py imports no stage, so it keeps the built-in tool names as data: they must be the tools' own."""
+    from clawdesk.config import BUILTIN_TOOL_NAMES, TOOL_POLICIES, ToolsConfig
+    from clawdesk.tools.builtins import BUILTIN_NAMES
+    from clawdesk.tools.types import POLICIES
+
+    assert BUILTIN_TOOL_NAMES == BUILTIN_NAMES
+    assert TOOL_POLICIES == POLICIES
+    for name in BUILTIN_NAMES:
+        assert ToolsConfig(policy={name: "never"}).policy == {name: "never"}
+    with pytest.raises(ValueError, match="no built-in tool 'read_files'"):
+        ToolsConfig(policy={"read_files": "ask"})

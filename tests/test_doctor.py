@@ -11,7 +11,7 @@ from safetensors.numpy import save_file
 
 from clawdesk.cli import main
 from clawdesk.doctor import read_gguf_header
-from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.gguf.lora import write_gguf_lora
 from clawdesk.models import file_sha256
 from clawdesk.runtime import model_sha256, open_store
 from clawdesk.store import now_iso

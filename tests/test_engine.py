@@ -7,7 +7,7 @@ import pytest
 from clawdesk.engine import Exchange, SamplingParams
 from clawdesk.engine.prompt import in_thinking, split_thinking
 from clawdesk.errors import InputError, ModelError
-from clawdesk.models import check_gguf
+from clawdesk.gguf.files import check_gguf
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 

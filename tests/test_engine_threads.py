@@ -16,7 +16,7 @@ import pytest
 
 from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams
-from clawdesk.engine.llama import all_threads, default_threads
+from clawdesk.engine.threads import all_threads, default_threads
 from clawdesk.judge.runner import Judge
 from clawdesk.models import DEMO_NAME, resolve_model
 from clawdesk.ui.learning import LearningController

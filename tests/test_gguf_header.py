@@ -1,4 +1,4 @@
-"""The one GGUF header reader (clawdesk/learn/gguf_header.py) against gguf's own GGUFReader.
+"""The one GGUF header reader (clawdesk/gguf/header.py) against gguf's own GGUFReader.
 
 On the bundled demo model (metadata with a 49k-token vocabulary, quantized tensors) and on a GGUF
 LoRA written by ClawDesk: every scalar field, every array (when asked for), every tensor's name,
@@ -12,8 +12,8 @@ import gguf
 import numpy as np
 import pytest
 
-from clawdesk.learn.gguf_header import HeaderError, read_header
-from clawdesk.learn.gguf_lora import write_gguf_lora
+from clawdesk.gguf.header import HeaderError, read_header
+from clawdesk.gguf.lora import write_gguf_lora
 
 
 def _reference(path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from clawdesk.errors import AdapterError
-from clawdesk.learn.gguf_lora import TARGET_MODULES, read_gguf_lora_info, write_gguf_lora
+from clawdesk.gguf.lora import TARGET_MODULES, read_gguf_lora_info, write_gguf_lora
 from clawdesk.models import bundled_demo_path
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 

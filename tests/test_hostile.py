@@ -29,6 +29,7 @@ from clawdesk.cli import main
 from clawdesk.config import load_config
 from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import ConfigError, InputError, ModelError
+from clawdesk.gguf.files import check_gguf
 from clawdesk.judge import channel, fewshot
 from clawdesk.judge.parse import (
     FENCE_CLOSE,
@@ -45,7 +46,7 @@ from clawdesk.judge.parse import (
     strip_thinking,
 )
 from clawdesk.judge.prompts import hint_messages, score_messages
-from clawdesk.models import check_gguf, resolve_model
+from clawdesk.models import resolve_model
 from clawdesk.store import NewTurn, now_iso
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

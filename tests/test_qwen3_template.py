@@ -12,8 +12,7 @@ import json
 
 import pytest
 
-from clawdesk.engine import Engine
-from clawdesk.engine.llama import SamplingParams
+from clawdesk.engine import Engine, SamplingParams
 from clawdesk.engine.prompt import Exchange, build_messages
 from clawdesk.models import ResolvedModel
 from clawdesk.testing.qwen3_assets import Qwen3AssetsError, qwen3_assets, write_real_qwen3_gguf

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
+from clawdesk.cli.serve import confirm_host
 from clawdesk.errors import InputError
-from clawdesk.serve.cli import confirm_host
 from clawdesk.serve.schema import ApiError, parse_request
 from clawdesk.serve.security import Guard, allowed_hosts, load_or_create_token
 from clawdesk.serve.sessions import SessionIndex, user_content

@@ -82,7 +82,7 @@ def test_adapter_refused_by_llama_cpp_at_swap_time_keeps_the_previous_one(served
 
     switch, prompt, with_v1, _ = served_v1
     real = llama_cpp.llama_set_adapters_lora
-    served = switch.engine._adapter
+    served = switch.engine._lora.handle
 
     def refuse_new(ctx, adapters, n, scales):
         if n and ctypes_value(adapters[0]) != ctypes_value(served):

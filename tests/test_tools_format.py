@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawdesk.engine.llama import SamplingParams
+from clawdesk.engine import SamplingParams
 from clawdesk.engine.prompt import ChatTemplate, build_messages
 from clawdesk.errors import ModelError
 from clawdesk.tools.format import (

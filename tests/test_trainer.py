@@ -18,9 +18,9 @@ import torch
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
+from clawdesk.gguf.lora import read_gguf_lora_info
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
-from clawdesk.learn.gguf_lora import read_gguf_lora_info
 from clawdesk.learn.learner import Learner, micro_batches, reply_logprobs
 from clawdesk.learn.samples import Sample, count_ready, ready_samples
 from clawdesk.learn.trainer import TrainProgress, train
@@ -375,7 +375,7 @@ def test_smollm2_real_replies_train_and_hot_swap(demo_gguf, engine, home):
     """The bundled SmolLM2 (llama arch: q/k rows permuted in GGUF), replies served by the real engine."""
     from peft import PeftModel
 
-    from clawdesk.engine.llama import SamplingParams
+    from clawdesk.engine import SamplingParams
 
     store = Store.open(home["db"])
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from clawdesk.engine.gate import ChatGate
-from clawdesk.engine.llama import ThreadBudget
+from clawdesk.engine.threads import ThreadBudget
 from clawdesk.learn.pause import TrainerPause, pausing_supported
 
 pytestmark = pytest.mark.skipif(not pausing_supported(), reason="the trainer is paused only on Linux")

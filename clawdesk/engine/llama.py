@@ -1,10 +1,10 @@
-"""The one owner of the llama.cpp model, its context and its LoRA adapters.
+"""The one owner of the llama.cpp model, its context and its LoRA adapter (held in :mod:`clawdesk.engine.lora`).
 
 Every native call goes through :class:`Engine` under ``self.lock`` (an RLock), so the chat,
 the judge and adapter swaps never touch the context at the same time. Generation is a plain
 loop over llama-cpp-python's token generator; cancellation (``cancel`` event or ``stop_when``
 callback) is polled between prompt chunks and between tokens, never inside a native call.
-How many CPU threads the context uses is decided by :class:`ThreadBudget` and applied between
+How many CPU threads the context uses is decided by :mod:`clawdesk.engine.threads` and applied between
 those same native calls. Side work on the context (the judge: calls with ``use_adapter=False``)
 does not cost the chat its cached prompt: :mod:`clawdesk.engine.kv_keep` saves and restores it.
 """
@@ -13,135 +13,31 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clawdesk.engine.kv_keep import ChatKVKeeper
+from clawdesk.engine.lora import LoraSlot
 from clawdesk.engine.preempt import Preemption
-from clawdesk.engine.prompt import Exchange, Prompt, build_messages, gguf_chat_template, in_thinking, split_thinking
-from clawdesk.errors import AdapterError, InputError, ModelError
-from clawdesk.models import ResolvedModel, check_gguf
+from clawdesk.engine.prompt import (
+    Exchange,
+    Prompt,
+    build_messages,
+    fit_prompt,
+    gguf_chat_template,
+    in_thinking,
+    split_thinking,
+)
+from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
+from clawdesk.engine.threads import ThreadBudget, all_threads
+from clawdesk.errors import InputError, ModelError
+from clawdesk.gguf.files import check_gguf
+from clawdesk.models import ResolvedModel
 
 PROMPT_CHUNK = 128  # tokens evaluated between cancellation checks while reading a prompt
-MIN_REPLY_ROOM = 64  # a prompt must leave at least this many tokens of context for the reply
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    name: str
-    path: Path
-    sha256: str
-    arch: str
-    is_demo: bool = False
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.7
-    top_p: float = 0.9
-    max_tokens: int = 1024
-    top_k: int = 40
-    min_p: float = 0.05
-
-
-@dataclass(frozen=True)
-class Delta:
-    """A piece of streamed reply text."""
-
-    text: str
-    thinking: bool  # True while the model is still inside its <think> block
-    n_tokens: int  # reply tokens so far
-
-
-@dataclass
-class Reply:
-    """A finished (or cancelled, or length-capped) reply, with the exact served token ids."""
-
-    prompt_ids: list[int]
-    reply_ids: list[int]
-    raw_text: str
-    thinking: str
-    content: str
-    status: str  # 'finished' | 'cancelled' | 'length'
-    latency_ms: float | None
-    tokens_per_s: float | None
-    started_at: float
-    finished_at: float
-    adapter_version: int | None = None
-    extra: dict = field(default_factory=dict)
-    prompt_evaluated: int = 0  # prompt tokens llama.cpp evaluated for this call (the rest came from the cache)
-
-
-def all_threads() -> int:
-    """Every core this process may run on (its CPU affinity: taskset and containers narrow it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)  # no affinity API (macOS, Windows)
-
-
-def default_threads() -> int:
-    # Half the cores, the engine's share while the learner runs: on small machines the trainer
-    # needs cores of its own, and llama.cpp's throughput collapses when its threads compete
-    # with other busy threads (see FIELD-NOTES).
-    return max(1, all_threads() // 2)
-
-
-class ThreadBudget:
-    """How many threads one engine's llama.cpp context may use now.
-
-    "Busy" means other work computes on the CPU *at the same time as* this engine could: the
-    trainer process while it runs and is not stopped (the app stops it while the chat generates,
-    :mod:`clawdesk.learn.pause`, so a reply gets every core; in between, judge work on this engine
-    drops to :func:`default_threads`), and a judge running on a *different* engine (``judge.model``) while
-    it is inside a native call (the ChatGate stops it at its next token or prompt chunk once the
-    chat starts, so that overlap is short, but during it both would fight for every core). A judge
-    on this same engine is not "busy": it runs on this very context under ``Engine.lock``, so it
-    and the chat never compute at once, and while it judges it is the only work, so it too gets
-    every core. With nothing busy (always for ``clawdesk ask``) the engine uses every core.
-
-    ``fixed`` (the user's ``model.n_threads``; 0 = automatic) is never changed. Flags are set from
-    any thread without waiting for the engine lock; the engine applies them before its next
-    native call (between prompt chunks and tokens).
-    """
-
-    def __init__(self, fixed: int = 0) -> None:
-        self.fixed = fixed
-        self._lock = threading.Lock()
-        self._busy: dict[str, int] = {}  # reason -> how many holders (two judges may share a policy)
-
-    def set_busy(self, reason: str, busy: bool) -> None:
-        with self._lock:
-            n = self._busy.get(reason, 0) + (1 if busy else -1)
-            if n > 0:
-                self._busy[reason] = n
-            else:
-                self._busy.pop(reason, None)
-
-    @contextlib.contextmanager
-    def busy_while(self, reason: str) -> Iterator[None]:
-        self.set_busy(reason, True)
-        try:
-            yield
-        finally:
-            self.set_busy(reason, False)
-
-    @property
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._busy)
-
-    def wanted(self) -> int | None:
-        """The thread count to use now; None when the user fixed it (leave the context as loaded)."""
-        if self.fixed:
-            return None
-        return default_threads() if self.busy else all_threads()
 
 
 class Engine:
@@ -157,10 +53,8 @@ class Engine:
         self.identity = identity
         self.lock = threading.RLock()
         self.template, self._add_bos = gguf_chat_template(llm, llm.metadata, identity.path)
-        self._adapter = None  # llama_adapter_lora_p of the served adapter
-        self._adapter_path: Path | None = None
+        self._lora = LoraSlot(llm)  # the served adapter (engine/lora.py)
         self.adapter_version: int | None = None
-        self._adapter_applied = False  # whether the context currently has the adapter set
         self._kv = ChatKVKeeper()  # the chat's KV prefix, kept while the judge uses the context
         self._preempt = Preemption(llm)  # a chat call stops the judge's native call (engine/preempt.py)
         self._evaluated = 0  # prompt tokens the last call evaluated
@@ -224,17 +118,6 @@ class Engine:
             ctx = self.llm._ctx.ctx
             return llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)
 
-    def _apply_threads(self) -> None:
-        """Give the context the budget's thread count; call under ``self.lock`` before native work."""
-        n = self.threads.wanted()
-        llm = self.llm
-        if n is None or (llm.n_threads == n and llm.n_threads_batch == n):
-            return
-        llm._ctx.set_n_threads(n, n)  # takes effect at the next llama_decode
-        # Keep llama-cpp-python's own record in step (its pickled state and repr read these).
-        llm.n_threads = llm.n_threads_batch = n
-        llm.context_params.n_threads = llm.context_params.n_threads_batch = n
-
     @property
     def supports_thinking(self) -> bool:
         return self.template.supports_thinking
@@ -285,33 +168,17 @@ class Engine:
         tools: Sequence[dict[str, Any]] | None = None,
         steps: Sequence[dict[str, Any]] = (),
     ) -> Prompt:
-        """Render and tokenize, dropping the oldest exchanges until the prompt fits.
+        """Render and tokenize, dropping the oldest exchanges until the prompt fits (:func:`fit_prompt`).
 
-        ``reply_room`` tokens are kept free for the reply (at least :data:`MIN_REPLY_ROOM`). ``tools``
-        (``ToolSpec.schema()`` dicts) are rendered by the template; ``steps`` are the agent loop's
-        messages after ``user`` (tool calls and results), never dropped.
+        ``tools`` (``ToolSpec.schema()`` dicts) are rendered by the template; ``steps`` are the agent
+        loop's messages after ``user`` (tool calls and results), never dropped.
         """
-        budget = self.n_ctx - max(MIN_REPLY_ROOM, min(reply_room, self.n_ctx // 4))
-        history = list(history)
-        dropped = 0
-        while True:
-            text = self.render(build_messages(system, history, user, steps), thinking=thinking, tools=tools)
-            ids = self.tokenize(text)
-            if len(ids) <= budget:
-                return Prompt(
-                    text=text, token_ids=ids, thinking=thinking and self.supports_thinking, dropped_turns=dropped
-                )
-            if not history:
-                raise InputError(
-                    f"this message is too long for the model: the prompt needs {len(ids)} tokens but the "
-                    f"context window holds {self.n_ctx} (with room kept for the reply). Shorten the message, "
-                    "or raise model.n_ctx in config.toml."
-                )
-            # Drop in halves when far over budget, one exchange at a time when close.
-            over = len(ids) - budget
-            step = 1 if over < len(ids) // 4 else max(1, len(history) // 2)
-            history = history[step:]
-            dropped += step
+
+        def render(exchanges: list[Exchange]) -> tuple[str, list[int]]:
+            text = self.render(build_messages(system, exchanges, user, steps), thinking=thinking, tools=tools)
+            return text, self.tokenize(text)
+
+        return fit_prompt(render, history, self.n_ctx, reply_room, thinking=thinking and self.supports_thinking)
 
     # -- generation -----------------------------------------------------------------------
 
@@ -394,7 +261,7 @@ class Engine:
                         if stopped():
                             status = "cancelled"
                             break
-                        self._apply_threads()  # the trainer may have started or stopped meanwhile
+                        self.threads.apply(self.llm)  # the trainer may have started or stopped meanwhile
                     else:  # llm.generate never ends by itself: a chat call stopped it inside llama_decode
                         if self._preempt.preemptions != preempted:
                             status = "cancelled"
@@ -507,14 +374,14 @@ class Engine:
         side = not use_adapter if side is None else side
         if side:
             self._kv.before_side(self.llm, ids, self._adapter_key())
-        self._apply_adapter(use_adapter)  # switching the adapter on or off drops the cache
+        self._lora.apply(use_adapter)  # switching the adapter on or off drops the cache
         if not side:
             self._kv.restore_for_chat(self.llm, ids, self._adapter_key())
         self._kv.chat_owned = not side
 
     def _adapter_key(self) -> tuple:
         """What the KV computed now depends on besides the tokens: which adapter is set, if any."""
-        return (True, self.adapter_version, self._adapter_path) if self._adapter_applied else (False,)
+        return (True, self.adapter_version, self._lora.path) if self._lora.applied else (False,)
 
     def _grammar(self, source: str):
         from llama_cpp import LlamaGrammar
@@ -539,7 +406,7 @@ class Engine:
         for start in range(common, len(ids), chunk):
             if stopped():
                 return False
-            self._apply_threads()
+            self.threads.apply(self.llm)
             try:
                 llm.eval(ids[start : start + chunk])
             except RuntimeError as exc:
@@ -597,69 +464,20 @@ class Engine:
         All or nothing: when llama.cpp cannot read the file or refuses to apply it, AdapterError is
         raised and the adapter served before (or the base) is still what the next reply uses.
         """
-        import llama_cpp
-
-        from clawdesk.learn.adapter_files import BaseDims, check_gguf_lora
-
-        # Checked in Python first (format, arch, shapes vs this base): llama.cpp's native parser
-        # should only ever see an intact GGUF LoRA made for this model.
-        check_gguf_lora(path, arch=self.identity.arch, dims=BaseDims.from_metadata(self.llm.metadata))
+        self._lora.check(path, self.identity.arch)  # in Python, before llama.cpp's parser sees the file
         with self.lock:
-            adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model, str(path).encode("utf-8"))
-            if not adapter:
-                raise AdapterError(f"llama.cpp could not load the LoRA adapter {path}")
-            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter)
-            scales = (ctypes.c_float * 1)(1.0)
-            if llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, adapters, 1, scales) != 0:
-                llama_cpp.llama_adapter_lora_free(adapter)
-                # What the context holds after a refusal is unspecified: clear it, so the next
-                # reply's _apply_adapter sets the previous adapter (still self._adapter) again.
-                llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
-                self._adapter_applied = False
-                self.llm.reset()
-                raise AdapterError(f"llama.cpp refused to apply the LoRA adapter {path}")
-            previous = self._adapter
+            self._lora.swap(path)
             self._kv.drop()  # computed under the previous adapter
-            self._adapter, self._adapter_path, self.adapter_version = adapter, path, version
-            self._adapter_applied = True
-            self.llm.reset()  # KV entries computed under the other weights must not be reused
-            if previous is not None:
-                llama_cpp.llama_adapter_lora_free(previous)  # no longer set on the context
+            self.adapter_version = version
 
     def clear_adapter(self) -> None:
         with self.lock:
             self._free_adapter()
 
-    def _apply_adapter(self, want: bool) -> None:
-        import llama_cpp
-
-        want = want and self._adapter is not None
-        if want == self._adapter_applied:
-            return
-        ctx = self.llm._ctx.ctx
-        if want:
-            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._adapter)
-            scales = (ctypes.c_float * 1)(1.0)
-            if llama_cpp.llama_set_adapters_lora(ctx, adapters, 1, scales) != 0:
-                raise AdapterError(f"llama.cpp refused the adapter {self._adapter_path}")
-        else:
-            llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)
-        self._adapter_applied = want
-        # KV entries computed under the other weights must not be reused.
-        self.llm.reset()
-
     def _free_adapter(self) -> None:
-        import llama_cpp
-
         self._kv.drop()
-        if self._adapter is None:
-            return
-        if self._adapter_applied:
-            llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, None, 0, None)
-            self._adapter_applied = False
-            self.llm.reset()
-        llama_cpp.llama_adapter_lora_free(self._adapter)
-        self._adapter, self._adapter_path, self.adapter_version = None, None, None
+        if self._lora.free():
+            self.adapter_version = None
 
 
 def history_from_turns(turns) -> list[Exchange]:

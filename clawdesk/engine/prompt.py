@@ -1,4 +1,5 @@
-"""Chat prompts: rendering the GGUF's own chat template, and splitting ``<think>`` from answers.
+"""Chat prompts: rendering the GGUF's own chat template, fitting a prompt into the context, and
+splitting ``<think>`` from answers.
 
 We render the template ourselves (with llama-cpp-python's Jinja2 formatter, which mirrors
 transformers' ``apply_chat_template``) because ``create_chat_completion`` does not pass Qwen3's
@@ -8,14 +9,15 @@ and later trained on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from clawdesk.errors import ModelError
+from clawdesk.errors import InputError, ModelError
 
+MIN_REPLY_ROOM = 64  # a prompt must leave at least this many tokens of context for the reply
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -52,6 +54,39 @@ def build_messages(
     messages.append({"role": "user", "content": user})
     messages.extend(steps)
     return messages
+
+
+def fit_prompt(
+    render: Callable[[list[Exchange]], tuple[str, list[int]]],
+    history: Sequence[Exchange],
+    n_ctx: int,
+    reply_room: int,
+    *,
+    thinking: bool,
+) -> Prompt:
+    """Render (``render(exchanges) -> (text, ids)``), dropping the oldest exchanges until the prompt fits.
+
+    ``reply_room`` tokens are kept free for the reply (at least :data:`MIN_REPLY_ROOM`, at most a
+    quarter of ``n_ctx``); ``thinking`` is what the prompt records (the template's support included).
+    """
+    budget = n_ctx - max(MIN_REPLY_ROOM, min(reply_room, n_ctx // 4))
+    history = list(history)
+    dropped = 0
+    while True:
+        text, ids = render(history)
+        if len(ids) <= budget:
+            return Prompt(text=text, token_ids=ids, thinking=thinking, dropped_turns=dropped)
+        if not history:
+            raise InputError(
+                f"this message is too long for the model: the prompt needs {len(ids)} tokens but the "
+                f"context window holds {n_ctx} (with room kept for the reply). Shorten the message, "
+                "or raise model.n_ctx in config.toml."
+            )
+        # Drop in halves when far over budget, one exchange at a time when close.
+        over = len(ids) - budget
+        step = 1 if over < len(ids) // 4 else max(1, len(history) // 2)
+        history = history[step:]
+        dropped += step
 
 
 class ChatTemplate:

@@ -59,16 +59,16 @@ class BaseInfo:
 
 def gguf_architecture(gguf_path: Path) -> str:
     """``general.architecture`` of a GGUF file (reads the header only; the tensors stay on disk)."""
-    import gguf
+    from clawdesk.gguf.header import HeaderError, read_header
 
     try:
-        reader = gguf.GGUFReader(gguf_path)
-    except (OSError, ValueError) as exc:
+        header = read_header(gguf_path)
+    except (OSError, HeaderError) as exc:
         raise TrainError(f"Cannot read the base model {gguf_path} ({exc}); is it a GGUF file?") from exc
-    field = reader.get_field(gguf.Keys.General.ARCHITECTURE)
-    if field is None:
+    arch = header.fields.get("general.architecture")
+    if arch is None:
         raise TrainError(f"{gguf_path} has no general.architecture key; it is not a usable GGUF model.")
-    return str(field.contents())
+    return str(arch)
 
 
 def resolve_device(device: str | None = "auto") -> str:

@@ -14,6 +14,11 @@ the peak is the model as kept plus one layer in flight. Measured on a 120M-weigh
 Only the llama-family architectures ClawDesk supports (models/README.md) are streamed; for others
 :func:`streamable` is False and the caller falls back to transformers' full load.
 
+It stays in the learn stage, not in :mod:`clawdesk.gguf`: the format facts it needs (tensor table,
+types, data offsets) come from :mod:`clawdesk.gguf.header`; what is left is building and filling a
+torch/transformers model (meta init, transformers' name map and processors, target dtype, NF4
+hand-over, the RAM policy below), which only the trainer does.
+
 :func:`choose_dtype` is ``train.base_dtype = "auto"``: fp32 when the fp32 model fits comfortably in
 the RAM available now, else bf16.
 """
@@ -56,7 +61,7 @@ class TensorEntry(NamedTuple):
 
 def read_tensor_table(path: Path) -> list[TensorEntry]:
     """The tensor table of a GGUF, read straight from the header (no tensor data read)."""
-    from clawdesk.learn.gguf_header import HeaderError, read_header
+    from clawdesk.gguf.header import HeaderError, read_header
 
     try:
         header = read_header(path)

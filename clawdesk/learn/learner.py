@@ -127,11 +127,11 @@ class Learner:
         import torch
         from peft import LoraConfig, get_peft_model
 
-        from clawdesk.learn.gguf_lora import TARGET_MODULES  # the modules the GGUF writer can map
+        from clawdesk.gguf.lora import TARGET_MODULES  # the modules the GGUF writer can map
 
         self.info, self.config, self.device = info, config, info.device
         if parent_dir is not None:
-            from clawdesk.learn.adapter_files import load_peft_adapter, load_state_into
+            from clawdesk.learn.peft_adapter import load_peft_adapter, load_state_into
 
             # Not PeftModel.from_pretrained: it would unpickle an adapter_model.bin when the safetensors
             # file is missing. The parent's files are checked and read as safetensors only.

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the trainer process imports this module too: no llama.cpp there
-    from clawdesk.engine.llama import ThreadBudget
+    from clawdesk.engine.threads import ThreadBudget
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 BUSY_REASON = "trainer"  # the ThreadBudget reason while the trainer computes beside the chat

@@ -217,7 +217,7 @@ class _Run:
         Without this a damaged newest version would stop learning for good: every run continues
         from the newest ready version. The skipped version stays listed (and the chat refuses it).
         """
-        from clawdesk.learn.adapter_files import check_version_dir
+        from clawdesk.gguf.adapters import check_version_dir
 
         ready = [v for v in versions.list_versions(self.store, self.base_sha256) if v.status == "ready"]
         for row in reversed(ready):

@@ -89,7 +89,7 @@ def write_adapter(model, out_dir: Path, *, arch: str, n_head: int, n_head_kv: in
     from peft import get_peft_model_state_dict
     from safetensors import SafetensorError
 
-    from clawdesk.learn.gguf_lora import write_gguf_lora
+    from clawdesk.gguf.lora import write_gguf_lora
 
     cfg = model.peft_config["default"]
     try:

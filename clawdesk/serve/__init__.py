@@ -10,5 +10,5 @@ Split by responsibility (none of it imports textual, nothing happens at import t
 - :mod:`~clawdesk.serve.sessions`: which recorded session a request continues.
 - :mod:`~clawdesk.serve.worker`: the one thread that owns the engine: generates, records, notifies the loop.
 - :mod:`~clawdesk.serve.app`: the Starlette routes and the server-sent-event stream.
-- :mod:`~clawdesk.serve.cli`: the ``serve`` subcommand.
+- the ``serve`` subcommand is :mod:`clawdesk.cli.serve`.
 """

@@ -45,8 +45,10 @@ def quantized_gguf(path: Path) -> bool:
     """Whether any weight matrix of the GGUF is stored in a quantized (not f32/f16/bf16) type."""
     import gguf
 
+    from clawdesk.gguf.header import read_header
+
     floats = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16}
-    return any(t.tensor_type not in floats for t in gguf.GGUFReader(path).tensors if len(t.shape) > 1)
+    return any(t.ggml_type not in floats for t in read_header(path).tensors if len(t.dims) > 1)
 
 
 def llama_cpp_vs_peft(base_gguf: Path, version_dir: Path, ids: Sequence[int] = PROBE_IDS) -> dict[str, float | bool]:

@@ -148,7 +148,7 @@ def qwen3_vocab(vocab_gguf: Path) -> tuple[list[str], list[int], list[str]]:
 
 def _gguf_arrays(path: Path, keys: set[str]) -> dict[str, list]:
     """The string or integer array values of ``keys`` in a GGUF's header (ValueError if missing)."""
-    from clawdesk.learn.gguf_header import read_header
+    from clawdesk.gguf.header import read_header
 
     fields = read_header(path, arrays=True).fields
     missing = {key for key in keys if not isinstance(fields.get(key), list)}

@@ -1,7 +1,9 @@
-"""Learning commands: ``judge``, ``train``, ``adapters``, ``export``, ``export-data`` (and ``ask --rate``).
+"""Learning commands: ``judge``, ``train``, ``adapters``, ``export``, ``export-data``, ``learning on|off``
+(and ``ask --rate``).
 
-Registered on the parser by :func:`add_commands`; like every command they receive the config built
-by ``cli.main`` and raise :class:`~clawdesk.errors.ClawDeskError` for anything a person can fix.
+Registered on the parser by :func:`add_commands` and :func:`add_switch`; like every command they
+receive the config built by ``cli.main`` and raise :class:`~clawdesk.errors.ClawDeskError` for
+anything a person can fix.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clawdesk.cli_args import count
+from clawdesk.cli.args import count
+from clawdesk.cli.common import AddCommand, opened_store
 from clawdesk.config import Config
 from clawdesk.progress import ProgressBar
 
 
-def add_commands(add) -> None:
+def add_commands(add: AddCommand) -> None:
     p = add("judge", cmd_judge, "judge all pending turns now (rewards and hints from your next messages)")
     p.add_argument("--limit", type=count, metavar="N", help="judge at most N turns and tool steps")
     p = add("train", cmd_train, "train the next adapter version(s) from judged turns, headless")
@@ -31,29 +34,37 @@ def add_commands(add) -> None:
     p.add_argument("--out", required=True, type=Path, metavar="FILE")
 
 
+def add_switch(add: AddCommand) -> None:
+    p = add("learning", cmd_learning, "turn learning on or off, or show its state")
+    p.add_argument("state", nargs="?", choices=["on", "off", "status"], default="status")
+
+
+def cmd_learning(args: argparse.Namespace, config: Config) -> int:
+    with opened_store(config) as store:
+        if args.state in ("on", "off"):
+            store.set_learning(args.state == "on")
+        print(f"learning: {'ON' if store.learning_enabled else 'OFF'}")
+    return 0
+
+
 def rate_last(args: argparse.Namespace, config: Config) -> int:
-    from clawdesk.runtime import open_store
     from clawdesk.store.judgments import last_turn_id, set_rating
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         turn_id = last_turn_id(store, args.session)
         set_rating(store, turn_id, int(args.rate))
         turn = store.get_turn(turn_id)
-    finally:
-        store.close()
     print(f"rated turn {turn_id} (session {turn.session_id}) {args.rate}: this overrides the judge's score")
     return 0
 
 
 def cmd_judge(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.judge.service import judge_pending
-    from clawdesk.runtime import load_engine, load_judge, open_store
+    from clawdesk.runtime import load_engine, load_judge
     from clawdesk.store.judgments import backlog, pending_turns
     from clawdesk.store.step_judgments import step_backlog
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         if not store.learning_enabled:
             print("learning is OFF: nothing is judged. Turn it on with `clawdesk learning on`.")
             return 0
@@ -95,8 +106,6 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
                 f"judged {summary.steps_judged} tool step(s) from their results: +1 ×{r[1]}, -1 ×{r[-1]}, 0 ×{r[0]}; "
                 f"hints: {summary.step_hints}"
             )
-    finally:
-        store.close()
     return 0
 
 
@@ -106,7 +115,7 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.errors import ConfigError
     from clawdesk.learn.trainer import train
     from clawdesk.reload import select
-    from clawdesk.runtime import model_sha256, open_store, resolve_served_model
+    from clawdesk.runtime import model_sha256, resolve_served_model
 
     try:
         train_cfg = (
@@ -114,15 +123,12 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
         )
     except ValueError as exc:  # the range lives in TrainConfig; say which flag broke it
         raise ConfigError(f"--batch-size: {exc}") from exc
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         if not store.learning_enabled:
             print("learning is OFF: nothing is trained. Turn it on with `clawdesk learning on`.")
             return 0
         model = resolve_served_model(config, args.model)
         sha = model_sha256(store, model.path)
-    finally:
-        store.close()
     bar = ProgressBar("train", unit="steps")
 
     def on_progress(p) -> None:
@@ -137,8 +143,7 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
         steps=args.steps, on_progress=on_progress, system_prompt=config.chat.system_prompt,
     )  # fmt: skip
     bar.done()
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         from clawdesk.learn.versions import get_version
 
         ready = [n for n in new if get_version(store, n).status == "ready"]
@@ -148,8 +153,6 @@ def cmd_train(args: argparse.Namespace, config: Config) -> int:
         if ready:
             select(store, ready[-1], base_sha256=sha, base_name=model.name)
             print(f"the chat now serves v{ready[-1]} (`clawdesk adapters rollback` to undo)")
-    finally:
-        store.close()
     return 0
 
 
@@ -157,10 +160,9 @@ def cmd_adapters(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.errors import InputError
     from clawdesk.learn.versions import list_versions
     from clawdesk.reload import active_version, previous_ready, select
-    from clawdesk.runtime import model_sha256, open_store, resolve_served_model
+    from clawdesk.runtime import model_sha256, resolve_served_model
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         model = resolve_served_model(config, args.model)
         sha = model_sha256(store, model.path)
         if args.action == "use":
@@ -186,33 +188,24 @@ def cmd_adapters(args: argparse.Namespace, config: Config) -> int:
             if v.status == "rejected" and v.note:
                 print(f"         rejected: {v.note}")
         print(f"serving: {'v' + str(active) if active is not None else 'base model (no adapter)'}")
-    finally:
-        store.close()
     return 0
 
 
 def cmd_export(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.export import export_adapter
-    from clawdesk.runtime import open_store, resolve_served_model
+    from clawdesk.runtime import resolve_served_model
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         base = resolve_served_model(config, args.model).path if args.format == "ollama" else None
         out = export_adapter(store, args.format, args.out, n=args.version, base_gguf=base)
-    finally:
-        store.close()
     print(f"exported ({args.format}) to {out}")
     return 0
 
 
 def cmd_export_data(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.export import export_data
-    from clawdesk.runtime import open_store
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         n = export_data(store, args.out)
-    finally:
-        store.close()
     print(f"wrote {n} judged sample(s) to {args.out}")
     return 0

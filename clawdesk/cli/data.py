@@ -11,12 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from clawdesk.cli_args import count
+from clawdesk.cli.args import count
+from clawdesk.cli.common import AddCommand, opened_store
 from clawdesk.config import Config
 from clawdesk.errors import InputError
 
 
-def add_commands(add) -> None:
+def add_commands(add: AddCommand) -> None:
     p = add("forget", cmd_forget, "delete chats or turns for good (and compact the file so no text is left)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", type=count, metavar="ID", help="delete chat session ID and all its turns")
@@ -39,14 +40,12 @@ def _confirm_all(n_sessions: int, n_turns: int) -> bool:
 
 
 def cmd_forget(args: argparse.Namespace, config: Config) -> int:
-    from clawdesk.runtime import open_store
     from clawdesk.store.forget import compact, compaction_pending_message, forget_all, forget_session, forget_turn
 
     if not config.db_path.exists():
         print(f"Nothing to forget: there is no database at {config.db_path} yet.")
         return 0
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         if args.compact:
             if compact(store):
                 print(f"compacted {config.db_path}: deleted text is gone from the file")
@@ -77,8 +76,6 @@ def cmd_forget(args: argparse.Namespace, config: Config) -> int:
         advice = result.advice()
         if advice:
             print(advice)
-    finally:
-        store.close()
     return 0
 
 

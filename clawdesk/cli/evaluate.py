@@ -1,6 +1,6 @@
 """``clawdesk eval``: the simulated-user experiment, the method comparison, the hint probe and the judge set.
 
-Registered on the parser by :func:`add_command`. Every option defaults to what the app itself does
+Registered on the parser by :func:`add_commands`. Every option defaults to what the app itself does
 (method combined, the self-judge, the learning settings of ``config.toml``), so an eval without
 options measures the app as shipped. Runs never touch the user's data dir: each one gets a fresh
 one under ``--out``.
@@ -13,7 +13,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from clawdesk.cli_args import count, positive_float, seed
+from clawdesk.cli.args import count, positive_float, seed
+from clawdesk.cli.common import AddCommand, opened_store
 from clawdesk.config import Config
 from clawdesk.errors import ConfigError, InputError
 from clawdesk.progress import ProgressBar
@@ -26,7 +27,7 @@ wall_s, train_s, config. See docs/learning.md for measured tables.
 """
 
 
-def add_command(add) -> None:
+def add_commands(add: AddCommand) -> None:
     p = add("eval", cmd_eval, "measure learning with a simulated user (persona), or measure the judge")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
@@ -132,10 +133,9 @@ class _Printer:
 
 def _probe(args: argparse.Namespace, config: Config, persona) -> int:
     from clawdesk.eval.scoring import Scorer
-    from clawdesk.runtime import load_engine, open_store
+    from clawdesk.runtime import load_engine
 
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         engine = load_engine(config, store, args.model)
         try:
             scorer = Scorer(engine, persona, config.chat.system_prompt, args.max_reply_tokens)
@@ -144,8 +144,6 @@ def _probe(args: argparse.Namespace, config: Config, persona) -> int:
             hinted = scorer.score(hint=True)
         finally:
             engine.close()
-    finally:
-        store.close()
     print(f"{persona.name} on {engine.identity.name}: base {base:.2f}, with hint {hinted:.2f} "
           f"({len(persona.heldout)} held-out prompts; shipped personas need with hint ≥ base + 0.3)")  # fmt: skip
     for prompt, reply in zip(persona.heldout[:3], base_replies[:3], strict=False):
@@ -157,7 +155,7 @@ def _judge_set(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.eval.judge_set import evaluate, format_report, load_cases
     from clawdesk.eval.personas import assets_dir
     from clawdesk.eval.report import write_json
-    from clawdesk.runtime import load_engine, load_judge, open_store
+    from clawdesk.runtime import load_engine, load_judge
 
     path = Path(args.judge_set) if args.judge_set else assets_dir() / "judge-set.jsonl"
     cases = load_cases(path)
@@ -165,8 +163,7 @@ def _judge_set(args: argparse.Namespace, config: Config) -> int:
         from clawdesk.store.db import ensure_dir
 
         ensure_dir(args.out, "output folder", "Choose another place with --out.")
-    store = open_store(config)
-    try:
+    with opened_store(config) as store:
         engine = load_engine(config, store, args.model)
         judge = load_judge(config, store, engine)
         bar = ProgressBar("judge set", unit="cases")
@@ -177,8 +174,6 @@ def _judge_set(args: argparse.Namespace, config: Config) -> int:
             if judge.engine is not engine:
                 judge.engine.close()
             engine.close()
-    finally:
-        store.close()
     report["file"] = str(path)
     print(format_report(report))
     if args.out is not None:

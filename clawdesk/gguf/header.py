@@ -4,8 +4,9 @@
 151k-token vocabulary, and 24 ms for the demo model's rank-16 LoRA (210 tensors), which was two
 thirds of a hot-swap (``bench/run.py --only swap``). This reads the header with ``struct`` from a
 memory map (~2 ms for that LoRA) and works out where each tensor's bytes lie, so callers can check
-that the file holds them. Used by the adapter check, ``clawdesk doctor`` and the streaming weight
-loader. Layout (GGUF v2/v3): magic, version, tensor count, key/value count, the key/values, the
+that the file holds them. Used by the model-file and adapter checks (:mod:`clawdesk.gguf.files`,
+:mod:`clawdesk.gguf.adapters`), the LoRA reader, ``clawdesk doctor``, the training base's architecture
+and the streaming weight loader. Layout (GGUF v2/v3): magic, version, tensor count, key/value count, the key/values, the
 tensor infos (name, dims, type, offset), padding to ``general.alignment``, then the data.
 """
 
@@ -21,6 +22,9 @@ from typing import Any
 _FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 DEFAULT_ALIGNMENT = 32
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # the GGUF versions this reader (and llama.cpp) knows
+PREAMBLE_BYTES = 24  # magic, version, tensor count, key/value count
 
 
 class HeaderError(ValueError):
@@ -54,6 +58,13 @@ class GGUFHeader:
     def data_end(self) -> int:
         """Where the last tensor's data ends (the file must be at least this long)."""
         return max((t.start + t.n_bytes for t in self.tensors), default=0)
+
+
+def preamble_version(head: bytes) -> int | None:
+    """The GGUF version in a file's first :data:`PREAMBLE_BYTES` bytes, or None when they are not a GGUF's."""
+    if len(head) < PREAMBLE_BYTES or head[:4] != MAGIC:
+        return None
+    return struct.unpack_from("<I", head, 4)[0]
 
 
 class _Cursor:
@@ -106,15 +117,15 @@ def read_header(path: Path, *, arrays: bool = False) -> GGUFHeader:
 
     with open(path, "rb") as fh:
         size = fh.seek(0, 2)
-        if size < 24:
+        if size < PREAMBLE_BYTES:
             raise HeaderError(f"{size} bytes is too short for a GGUF header")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             r = _Cursor(buf)
             try:
-                if r.unpack("4s") != b"GGUF":
+                if r.unpack("4s") != MAGIC:
                     raise HeaderError("no GGUF magic")
                 version = r.unpack("<I")
-                if version not in (2, 3):
+                if version not in VERSIONS:
                     raise HeaderError(f"GGUF version {version} (this reader knows 2 and 3)")
                 n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
                 if n_tensors > size or n_kv > size:

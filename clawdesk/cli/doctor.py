@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from clawdesk.cli.common import AddCommand
 from clawdesk.config import Config
 
 
-def add_command(add) -> None:
+def add_commands(add: AddCommand) -> None:
     p = add("doctor", cmd_doctor, "check the installation and the data dir, and say how to fix what is wrong")
     p.add_argument("--json", action="store_true", help="print the checks as one JSON object")
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from clawdesk.cli.common import workspace_path
 from clawdesk.config import Config
 from clawdesk.errors import InputError
 
@@ -36,7 +37,6 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def check_flags(args: argparse.Namespace, config: Config) -> tuple[Path | None, set[str]]:
     """(workspace, allowed tools) from the flags, checked before a model is loaded."""
-    from clawdesk.cli_tools import _workspace
     from clawdesk.tools.builtins import BUILTIN_NAMES
 
     allow = {name.strip() for item in args.allow for name in item.split(",") if name.strip()}
@@ -51,7 +51,7 @@ def check_flags(args: argparse.Namespace, config: Config) -> tuple[Path | None, 
     )
     if unknown:
         raise InputError(f"--allow names no tool called {', '.join(unknown)}; `clawdesk tools` lists them")
-    return _workspace(args.workspace, config), allow
+    return workspace_path(args.workspace, config), allow
 
 
 class ToolActivity:

@@ -1,6 +1,7 @@
 """``clawdesk serve``: parse the flags, confirm a non-loopback address, build everything, run uvicorn.
 
-:func:`add_parser` registers the subcommand on the CLI's subparsers; :func:`run` is the command.
+:func:`add_commands` registers the subcommand (with the global flags, as every command); :func:`cmd_serve`
+is the command; the server itself is :mod:`clawdesk.serve`.
 The learning loop comes from ``runtime.build_learning_loop`` when this build has it (the headless
 loop of ``clawdesk.loop``); without it turns are recorded for ``clawdesk judge`` / ``train`` later.
 """
@@ -12,19 +13,16 @@ import socket
 import sys
 from typing import Any
 
-from clawdesk.config import Config, default_home, load_config
+from clawdesk.cli.common import AddCommand
+from clawdesk.config import Config
 from clawdesk.errors import InputError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    help_ = "serve the model as a local OpenAI-compatible API that records, judges and trains"
-    p = subparsers.add_parser("serve", help=help_, description=help_)
-    # The global flags, also after the command (as every subcommand takes them).
-    p.add_argument("--data-dir", metavar="DIR", default=argparse.SUPPRESS, help="where ClawDesk keeps its data")
-    p.add_argument("--model", metavar="PATH|NAME", default=argparse.SUPPRESS, help="a .gguf file or a model name")
+def add_commands(add: AddCommand) -> None:
+    p = add("serve", cmd_serve, "serve the model as a local OpenAI-compatible API that records, judges and trains")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument(
@@ -43,8 +41,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--yes", action="store_true", help="do not ask before listening on a non-loopback address")
     p.add_argument("--no-learn", action="store_true", help="record turns but run no learning loop in this process")
-    p.set_defaults(func=run)
-    return p
 
 
 def _port(text: str) -> int:
@@ -83,9 +79,7 @@ def check_port(host: str, port: int) -> None:
             ) from exc
 
 
-def run(args: argparse.Namespace, config: Config | None = None) -> int:
-    if config is None:
-        config = load_config(default_home(getattr(args, "data_dir", None)))
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     if not confirm_host(args.host, yes=args.yes):
         print("not started", file=sys.stderr)
         return 1

@@ -2,11 +2,12 @@
 
 Every place that hands an adapter to a library goes through here first: the served GGUF LoRA before
 llama.cpp sees it (:func:`check_gguf_lora`, from ``reload.check_servable`` and ``Engine.load_adapter``)
-and a parent version's PEFT weights before training continues from them (:func:`load_peft_adapter`).
-Only two formats are ever read, both data-only: GGUF (the ``gguf`` package's reader) and safetensors
-(``safetensors``). A pickle (``adapter_model.bin``, ``.pt``) is never opened, whatever its name: a
-pickle renamed to ``.gguf`` or ``.safetensors`` fails on the magic bytes / header before any byte of
-it is interpreted, because unpickling can run arbitrary code.
+and a parent version's PEFT weights before training continues from them (:func:`check_peft_dir`, from
+:mod:`clawdesk.learn.peft_adapter`). Only two formats are ever read, both data-only: GGUF
+(:mod:`clawdesk.gguf.header`) and safetensors (``safetensors``). A pickle (``adapter_model.bin``,
+``.pt``) is never opened, whatever its name: a pickle renamed to ``.gguf`` or ``.safetensors`` fails
+on the magic bytes / header before any byte of it is interpreted, because unpickling can run
+arbitrary code.
 
 Checks: the format's magic and a complete parse (truncation included); for GGUF, ``general.type``
 adapter / ``adapter.type`` lora and the base's architecture; for both, LoRA tensor names, one rank
@@ -26,17 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import AdapterError
+from clawdesk.gguf.header import MAGIC, HeaderError, read_header
 
 ADAPTER_GGUF = "adapter.gguf"
 PEFT_CONFIG = "adapter_config.json"
 PEFT_WEIGHTS = "adapter_model.safetensors"
 METADATA_JSON = "metadata.json"
 PICKLE_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
-GGUF_MAGIC = b"GGUF"
 
 SERVE_FIX = "Serve another version (`clawdesk adapters rollback`, or `clawdesk adapters use N`)."
 
-# HF module names (what PEFT adapts) -> llama.cpp tensor kinds, for the arches gguf_lora writes.
+# HF module names (what PEFT adapts) -> llama.cpp tensor kinds, for the arches gguf.lora writes.
 KIND_OF_MODULE = {
     "q_proj": "attn_q",
     "k_proj": "attn_k",
@@ -100,7 +101,8 @@ class BaseDims:
         }[kind]
 
 
-def _refuse(path: Path, problem: str, fix: str) -> AdapterError:
+def refuse(path: Path, problem: str, fix: str) -> AdapterError:
+    """The error for an adapter file that is not used: the file, what is wrong with it, what to do."""
     return AdapterError(f"adapter file {path} {problem}. {fix}".rstrip())
 
 
@@ -109,25 +111,25 @@ def _magic(path: Path, size: int, fix: str) -> bytes:
         with path.open("rb") as fh:
             return fh.read(size)
     except FileNotFoundError:
-        raise _refuse(path, "is missing (deleted or moved?)", fix) from None
+        raise refuse(path, "is missing (deleted or moved?)", fix) from None
     except OSError as exc:
-        raise _refuse(path, f"cannot be read ({exc.strerror or exc})", fix) from exc
+        raise refuse(path, f"cannot be read ({exc.strerror or exc})", fix) from exc
 
 
 def _check_pairs(path: Path, pairs: dict[tuple[int, str], dict[str, tuple[int, int]]], fix: str) -> int:
     """Every (layer, kind) has A ne=[in, r] and B ne=[r, out] with one r throughout; returns r."""
     if not pairs:
-        raise _refuse(path, "holds no LoRA tensors", fix)
+        raise refuse(path, "holds no LoRA tensors", fix)
     ranks = set()
     for (layer, kind), pair in sorted(pairs.items()):
         if set(pair) != {"a", "b"}:
-            raise _refuse(path, f"is incomplete: layer {layer} {kind} has only lora_{''.join(pair)}", fix)
+            raise refuse(path, f"is incomplete: layer {layer} {kind} has only lora_{''.join(pair)}", fix)
         a_r, b_r = pair["a"][1], pair["b"][0]
         if a_r != b_r or a_r <= 0:
-            raise _refuse(path, f"has mismatched LoRA ranks at layer {layer} {kind} ({a_r} vs {b_r})", fix)
+            raise refuse(path, f"has mismatched LoRA ranks at layer {layer} {kind} ({a_r} vs {b_r})", fix)
         ranks.add(a_r)
     if len(ranks) != 1:
-        raise _refuse(path, f"mixes LoRA ranks {sorted(ranks)}", fix)
+        raise refuse(path, f"mixes LoRA ranks {sorted(ranks)}", fix)
     return ranks.pop()
 
 
@@ -136,11 +138,11 @@ def _check_dims(path: Path, pairs, dims: BaseDims | None, fix: str) -> None:
         return
     for (layer, kind), pair in sorted(pairs.items()):
         if layer >= dims.n_layer:
-            raise _refuse(path, f"adapts layer {layer}; the base has {dims.n_layer} layers (another base)", fix)
+            raise refuse(path, f"adapts layer {layer}; the base has {dims.n_layer} layers (another base)", fix)
         want_in, want_out = dims.in_out(kind)
         got_in, got_out = pair["a"][0], pair["b"][1]
         if (got_in, got_out) != (want_in, want_out):
-            raise _refuse(
+            raise refuse(
                 path,
                 f"has layer {layer} {kind} of shape {got_in}->{got_out} but the base's is {want_in}->{want_out}: "
                 "it was trained for another base",
@@ -155,33 +157,31 @@ def check_gguf_lora(
 
     ``arch``/``dims`` (the served base's, when known) are checked too. Raises :class:`AdapterError`.
     """
-    from clawdesk.learn.gguf_header import HeaderError, read_header
-
     path = Path(path)
     head = _magic(path, 4, fix)
-    if head != GGUF_MAGIC:
-        raise _refuse(path, f"is not a GGUF file (it starts with {head!r}, not b'GGUF'); it was not loaded", fix)
+    if head != MAGIC:
+        raise refuse(path, f"is not a GGUF file (it starts with {head!r}, not b'GGUF'); it was not loaded", fix)
     try:
         header = read_header(path)
     except (HeaderError, OSError) as exc:
-        raise _refuse(path, f"is damaged or truncated (GGUF header: {exc})", fix) from exc
+        raise refuse(path, f"is damaged or truncated (GGUF header: {exc})", fix) from exc
     values = {key: header.fields.get(key) for key in ("general.type", "adapter.type", "adapter.lora.alpha")}
     file_arch = header.fields.get("general.architecture")
     if values["general.type"] != "adapter" or values["adapter.type"] != "lora":
-        raise _refuse(path, "is a GGUF but not a LoRA adapter (general.type / adapter.type)", fix)
+        raise refuse(path, "is a GGUF but not a LoRA adapter (general.type / adapter.type)", fix)
     alpha = values["adapter.lora.alpha"]
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise _refuse(path, "has no valid adapter.lora.alpha", fix)
+        raise refuse(path, "has no valid adapter.lora.alpha", fix)
     if arch is not None and file_arch != arch:
-        raise _refuse(path, f"is a LoRA for a {file_arch!r} model but the served base is {arch!r}", fix)
+        raise refuse(path, f"is a LoRA for a {file_arch!r} model but the served base is {arch!r}", fix)
     pairs: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
     for t in header.tensors:
         match = _GGUF_NAME.match(t.name)
         if not match or match["kind"] not in KIND_OF_MODULE.values() or len(t.dims) != 2:
-            raise _refuse(path, f"has an unexpected tensor {t.name!r} {list(t.dims)}; it is not a ClawDesk LoRA", fix)
+            raise refuse(path, f"has an unexpected tensor {t.name!r} {list(t.dims)}; it is not a ClawDesk LoRA", fix)
         if t.n_present != t.n_bytes:
             problem = f"is damaged or truncated (tensor {t.name} has {t.n_present} of {t.n_bytes} bytes)"
-            raise _refuse(path, problem, fix)
+            raise refuse(path, problem, fix)
         # ggml ne order: lora_a is [in, r], lora_b is [r, out].
         pairs.setdefault((int(match["layer"]), match["kind"]), {})[match["ab"]] = (t.dims[0], t.dims[1])
     rank = _check_pairs(path, pairs, fix)
@@ -195,12 +195,12 @@ def _safetensors_shapes(path: Path, fix: str) -> dict[str, list[int]]:
     head = _magic(path, 9, fix)
     # safetensors: an 8-byte little-endian header length, then the JSON header ('{').
     if len(head) < 9 or head[8:9] != b"{":
-        raise _refuse(path, f"is not a safetensors file (it starts with {head[:8]!r}); it was not loaded", fix)
+        raise refuse(path, f"is not a safetensors file (it starts with {head[:8]!r}); it was not loaded", fix)
     try:
         with safe_open(str(path), framework="numpy") as fh:
             return {key: list(fh.get_slice(key).get_shape()) for key in fh.keys()}  # noqa: SIM118 -- not a dict
     except (SafetensorError, OSError, ValueError) as exc:
-        raise _refuse(path, f"is damaged or truncated ({exc})", fix) from exc
+        raise refuse(path, f"is damaged or truncated ({exc})", fix) from exc
 
 
 def read_peft_config(peft_dir: Path, fix: str) -> dict[str, Any]:
@@ -209,15 +209,15 @@ def read_peft_config(peft_dir: Path, fix: str) -> dict[str, Any]:
     try:
         config = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(path, f"is not valid JSON ({exc})", fix) from exc
+        raise refuse(path, f"is not valid JSON ({exc})", fix) from exc
     if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise _refuse(path, "is not a PEFT LoRA config (peft_type is not 'LORA')", fix)
+        raise refuse(path, "is not a PEFT LoRA config (peft_type is not 'LORA')", fix)
     r, alpha, targets = config.get("r"), config.get("lora_alpha"), config.get("target_modules")
     targets = [targets] if isinstance(targets, str) else targets
     if not isinstance(r, int) or r <= 0 or not isinstance(alpha, (int, float)):
-        raise _refuse(path, f"has an invalid rank r={r!r} or lora_alpha={alpha!r}", fix)
+        raise refuse(path, f"has an invalid rank r={r!r} or lora_alpha={alpha!r}", fix)
     if not isinstance(targets, list) or not targets or not set(targets) <= set(KIND_OF_MODULE):
-        raise _refuse(path, f"adapts {targets!r}; ClawDesk adapters adapt only {', '.join(KIND_OF_MODULE)}", fix)
+        raise refuse(path, f"adapts {targets!r}; ClawDesk adapters adapt only {', '.join(KIND_OF_MODULE)}", fix)
     return config
 
 
@@ -229,64 +229,22 @@ def check_peft_dir(peft_dir: Path, *, dims: BaseDims | None = None, fix: str = S
     peft_dir = Path(peft_dir)
     weights = peft_dir / PEFT_WEIGHTS
     if not weights.exists() and (pickled := [n for n in PICKLE_NAMES if (peft_dir / n).exists()]):
-        raise _refuse(
-            peft_dir / pickled[0], f"is a pickle and {PEFT_WEIGHTS} is missing; pickles are never loaded", fix
-        )
+        raise refuse(peft_dir / pickled[0], f"is a pickle and {PEFT_WEIGHTS} is missing; pickles are never loaded", fix)
     config = read_peft_config(peft_dir, fix)
     pairs: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
     shapes = _safetensors_shapes(weights, fix)
     for key, shape in shapes.items():
         match = _PEFT_NAME.match(key)
         if not match or match["module"] not in KIND_OF_MODULE or len(shape) != 2:
-            raise _refuse(weights, f"has an unexpected tensor {key!r} {shape}; it is not a ClawDesk LoRA", fix)
+            raise refuse(weights, f"has an unexpected tensor {key!r} {shape}; it is not a ClawDesk LoRA", fix)
         # PEFT's lora_A (r, in) and lora_B (out, r), reversed, are ggml's ne [in, r] / [r, out]: the same checks.
         pair = (shape[1], shape[0])
         pairs.setdefault((int(match["layer"]), KIND_OF_MODULE[match["module"]]), {})[match["ab"].lower()] = pair
     rank = _check_pairs(weights, pairs, fix)
     if rank != config["r"]:
-        raise _refuse(weights, f"has LoRA rank {rank} but {PEFT_CONFIG} says r={config['r']}", fix)
+        raise refuse(weights, f"has LoRA rank {rank} but {PEFT_CONFIG} says r={config['r']}", fix)
     _check_dims(weights, pairs, dims, fix)
     return {"rank": rank, "n_tensors": len(shapes)}
-
-
-def load_peft_adapter(peft_dir: Path, *, fix: str) -> tuple[Any, dict[str, Any]]:
-    """A checked parent adapter for training: ``(LoraConfig, {key: torch tensor})`` from safetensors only.
-
-    Never calls ``PeftModel.from_pretrained``, which falls back to a pickle ``adapter_model.bin``
-    (and to the Hub) when the safetensors file is missing.
-    """
-    from peft import LoraConfig
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    check_peft_dir(peft_dir, fix=fix)
-    # The config file exists (checked), so this reads it locally and never asks the Hub.
-    config = LoraConfig.from_pretrained(str(peft_dir))
-    config.inference_mode = False  # saved for inference; the learner trains it further
-    weights = Path(peft_dir) / PEFT_WEIGHTS
-    try:
-        return config, load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise _refuse(weights, f"could not be read ({exc})", fix) from exc
-
-
-def load_state_into(model, state: Mapping[str, Any], source: Path, *, fix: str) -> None:
-    """Put ``state`` (a saved PEFT state dict) into ``model`` (a fresh PeftModel of the same config), exactly.
-
-    Every key and shape must match what the model expects (the base's dims): a foreign adapter is
-    refused instead of being partly loaded.
-    """
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
-    got = {k: tuple(v.shape) for k, v in state.items()}
-    if expected.keys() != got.keys():
-        missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
-        raise _refuse(source, f"does not fit this base (missing {missing[:2]}, unexpected {extra[:2]})", fix)
-    for key, shape in expected.items():
-        if got[key] != shape:
-            raise _refuse(source, f"has {key} of shape {list(got[key])}, the base needs {list(shape)}", fix)
-    set_peft_model_state_dict(model, dict(state))
 
 
 def read_metadata(version_dir: Path, fix: str) -> dict[str, Any] | None:
@@ -298,9 +256,9 @@ def read_metadata(version_dir: Path, fix: str) -> dict[str, Any] | None:
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(path, f"is not valid JSON ({exc})", fix) from exc
+        raise refuse(path, f"is not valid JSON ({exc})", fix) from exc
     if not isinstance(meta, dict):
-        raise _refuse(path, "is not a JSON object", fix)
+        raise refuse(path, "is not a JSON object", fix)
     return meta
 
 
@@ -324,7 +282,7 @@ def check_version_dir(
     if meta is not None:
         sha = base.get("sha256") if isinstance(base, dict) else None
         if sha != base_sha256:
-            raise _refuse(
+            raise refuse(
                 version_dir / METADATA_JSON,
                 f"says the adapter was trained on a base with sha256 {str(sha)[:12]}…, not the served "
                 f"{base_sha256[:12]}…",

@@ -1,4 +1,4 @@
-"""Writing a PEFT LoRA adapter as a GGUF LoRA file that llama.cpp loads, and reading one back.
+"""Writing a PEFT LoRA adapter as a GGUF LoRA file that llama.cpp loads, and reading its facts back.
 
 The trainer keeps its adapter in transformers/PEFT layout; llama.cpp wants a GGUF with
 ``general.type = "adapter"``, ``adapter.type = "lora"``, ``adapter.lora.alpha`` and, per adapted
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from clawdesk.errors import AdapterError
+from clawdesk.gguf.header import HeaderError, read_header
 
 # Arches whose HF -> GGUF layout of the seven adapted matrices this module knows, and whether the
 # converter permuted q/k rows for llama.cpp's rotary embedding.
@@ -177,29 +178,26 @@ def read_gguf_lora_info(path: Path) -> dict[str, Any]:
     """{"arch", "alpha", "rank", "n_tensors"} of a GGUF LoRA file, for validating and listing adapters.
 
     ``rank`` is the largest lora_a rank (all are equal in adapters written by :func:`write_gguf_lora`).
-    Raises :class:`AdapterError` if the file is missing, not a GGUF, or not a LoRA adapter.
+    Raises :class:`AdapterError` if the file is missing, not a (complete) GGUF, or not a LoRA adapter.
     """
-    import gguf
-
     path = Path(path)
     try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError) as exc:
+        header = read_header(path)
+        cut = next((t for t in header.tensors if t.n_present != t.n_bytes), None)
+        if cut is not None:
+            raise HeaderError(f"tensor {cut.name} has {cut.n_present} of its {cut.n_bytes} bytes")
+    except (OSError, HeaderError) as exc:
         raise AdapterError(f"Cannot read adapter {path} ({exc}); it is missing or not a GGUF file.") from exc
-
-    def field(key: str) -> Any:
-        f = reader.get_field(key)
-        return None if f is None else f.contents()
-
-    if field(gguf.Keys.General.TYPE) != gguf.GGUFType.ADAPTER or field(gguf.Keys.Adapter.TYPE) != "lora":
+    fields = header.fields
+    if fields.get("general.type") != "adapter" or fields.get("adapter.type") != "lora":
         raise AdapterError(
             f"{path} is a GGUF but not a LoRA adapter (general.type / adapter.type); delete or replace it."
         )
-    ranks = [int(t.shape[1]) for t in reader.tensors if t.name.endswith(".lora_a")]  # ne = [in, r]
-    alpha = field(gguf.Keys.Adapter.LORA_ALPHA)
+    ranks = [int(t.dims[1]) for t in header.tensors if t.name.endswith(".lora_a")]  # ne = [in, r]
+    alpha = fields.get("adapter.lora.alpha")
     return {
-        "arch": field(gguf.Keys.General.ARCHITECTURE),
+        "arch": fields.get("general.architecture"),
         "alpha": None if alpha is None else float(alpha),
         "rank": max(ranks, default=0),
-        "n_tensors": len(reader.tensors),
+        "n_tensors": len(header.tensors),
     }

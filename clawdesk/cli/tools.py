@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from clawdesk.cli.common import AddCommand, add_global, workspace_path
 from clawdesk.config import Config
 from clawdesk.errors import InputError
 
@@ -21,9 +22,7 @@ EXIT_CODES = {"ok": 0, "error": 1, "timeout": 1, "denied": 3}
 DESCRIPTION_CHARS = 70
 
 
-def add_commands(add) -> None:
-    from clawdesk.cli import _add_global
-
+def add_commands(add: AddCommand) -> None:
     p = add("tools", cmd_tools, "list the agent's tools with their policy and source, or run one call")
     p.add_argument("--workspace", metavar="DIR", help="the directory file tools work in (default: tools.workspace)")
     sub = p.add_subparsers(dest="tools_command", metavar="ACTION")
@@ -32,7 +31,7 @@ def add_commands(add) -> None:
         help="run one tool call exactly as the agent would",
         description="Run one tool call exactly as the agent would (workspace, policy, consent, caps, timeouts).",
     )
-    _add_global(c, suppress=True)
+    add_global(c, suppress=True)
     c.add_argument("name", metavar="NAME", help="the tool, e.g. read_file or server.tool")
     c.add_argument("arguments", nargs="?", default="{}", metavar="JSON-ARGS", help="""e.g. '{"path": "notes.txt"}'""")
     c.add_argument("--yes", action="store_true", help="consent to the call if its policy is ask (never stays never)")
@@ -43,22 +42,10 @@ def add_commands(add) -> None:
 
 
 def cmd_tools(args: argparse.Namespace, config: Config) -> int:
-    workspace = _workspace(args.workspace, config)
+    workspace = workspace_path(args.workspace, config)
     if args.tools_command == "call":
         return _call(args, config, workspace)
     return _list(config, workspace)
-
-
-def _workspace(option: str | None, config: Config) -> Path | None:
-    if option is None:
-        return None
-    path = Path(option).expanduser().absolute()
-    if not path.is_dir():
-        raise InputError(
-            f"--workspace {option}: no such directory. Create it first, or leave --workspace out to use "
-            f"{config.workspace_dir}."
-        )
-    return path
 
 
 def _list(config: Config, workspace: Path | None) -> int:
