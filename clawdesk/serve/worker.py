@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from clawdesk.config import Config
 from clawdesk.engine import Engine, Reply, SamplingParams
 from clawdesk.engine.gate import ChatGate
-from clawdesk.engine.llama import MIN_REPLY_ROOM
+from clawdesk.engine.prompt import MIN_REPLY_ROOM
 from clawdesk.errors import ClawDeskError, NotFoundError
 from clawdesk.serve.schema import ApiError, ChatRequest, api_error, tool_call_entries, usage
 from clawdesk.serve.sessions import SessionIndex, new_part, user_content
