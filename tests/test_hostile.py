@@ -29,7 +29,9 @@ from clawdesk.cli import main
 from clawdesk.config import load_config
 from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import ConfigError, InputError, ModelError
-from clawdesk.judge import channel, fewshot
+from clawdesk.judge import channel
+from clawdesk.judge.baselines import fewshot
+from clawdesk.judge.baselines.prompts import hint_messages, score_messages
 from clawdesk.judge.parse import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -44,7 +46,6 @@ from clawdesk.judge.parse import (
     strip_fences,
     strip_thinking,
 )
-from clawdesk.judge.prompts import hint_messages, score_messages
 from clawdesk.models import check_gguf, resolve_model
 from clawdesk.store import NewTurn, now_iso
 
