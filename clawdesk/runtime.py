@@ -54,7 +54,11 @@ def load_engine(config: Config, store: Store, cli_model: str | None = None) -> E
 
 
 def load_judge(config: Config, store: Store, engine: Engine, **kwargs) -> Judge:
-    """The judge on the served engine's base weights, or on ``judge.model`` when configured."""
+    """The judge on the served engine's base weights, or on ``judge.model`` when configured.
+
+    The one place the app builds its judge. ``kwargs`` go to :class:`~clawdesk.judge.runner.Judge`
+    (``gate``, ``stop``, ``method``). A judge on its own GGUF owns that engine: close
+    ``judge.engine`` when it is not ``engine``."""
     from clawdesk.judge.runner import Judge
 
     judge_engine = engine

@@ -14,7 +14,7 @@ from demo_lora import lora_state, write_demo_gguf
 
 from clawdesk.engine import Engine, Exchange, SamplingParams
 from clawdesk.engine.kv_keep import MIN_KEEP_TOKENS, common_prefix
-from clawdesk.judge.prompts import score_messages
+from clawdesk.judge.baselines.prompts import score_messages
 from clawdesk.models import DEMO_NAME, resolve_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)

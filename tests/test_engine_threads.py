@@ -18,6 +18,7 @@ from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams
 from clawdesk.engine.threads import all_threads, default_threads
 from clawdesk.judge.runner import Judge
+from clawdesk.judge.vote import NextState
 from clawdesk.models import DEMO_NAME, resolve_model
 from clawdesk.ui.learning import LearningController
 
@@ -133,7 +134,7 @@ def test_a_judge_on_another_engine_marks_the_served_engine_busy_only_while_it_co
 
     auto_engine.generate = spy  # the judge's engine; ``engine`` is the served one
     try:
-        Judge(auto_engine, cfg, policy=engine).judge_texts("Hi", "Hello!", "Thanks.", seed=1)
+        Judge(auto_engine, cfg, policy=engine).vote("Hi", "Hello!", NextState("Thanks."), seed=1)
     finally:
         del auto_engine.generate
     assert seen and all(seen)
@@ -143,7 +144,7 @@ def test_a_judge_on_another_engine_marks_the_served_engine_busy_only_while_it_co
     original = engine.generate
     engine.generate = spy  # the judge on the served engine itself: serialized by its lock, not busy
     try:
-        Judge(engine, cfg).judge_texts("Hi", "Hello!", "Thanks.", seed=1)
+        Judge(engine, cfg).vote("Hi", "Hello!", NextState("Thanks."), seed=1)
     finally:
         del engine.generate
     assert seen and not any(seen)

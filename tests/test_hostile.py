@@ -30,7 +30,9 @@ from clawdesk.config import load_config
 from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import ConfigError, InputError, ModelError
 from clawdesk.gguf.files import check_gguf
-from clawdesk.judge import channel, fewshot
+from clawdesk.judge import channel
+from clawdesk.judge.baselines import fewshot
+from clawdesk.judge.baselines.prompts import hint_messages, score_messages
 from clawdesk.judge.parse import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -45,7 +47,6 @@ from clawdesk.judge.parse import (
     strip_fences,
     strip_thinking,
 )
-from clawdesk.judge.prompts import hint_messages, score_messages
 from clawdesk.models import resolve_model
 from clawdesk.store import NewTurn, now_iso
 

@@ -10,10 +10,12 @@ from clawdesk.chat import ChatService
 from clawdesk.config import JudgeConfig
 from clawdesk.engine import SamplingParams
 from clawdesk.engine.gate import ChatGate
+from clawdesk.judge.baselines.prompts import PROMPT_VERSION
+from clawdesk.judge.baselines.sampled import sample
 from clawdesk.judge.parse import enhanced_user_message
-from clawdesk.judge.prompts import PROMPT_VERSION
-from clawdesk.judge.runner import Judge, JudgeInterrupted, teacher_prompt
+from clawdesk.judge.runner import Judge, JudgeInterrupted
 from clawdesk.judge.service import JudgeLoop, judge_pending
+from clawdesk.judge.teacher import teacher_prompt, turn_context
 from clawdesk.store.judgments import (
     backlog,
     drop_stale,
@@ -86,7 +88,7 @@ def test_teacher_prompt_is_the_served_prompt_plus_hint(engine, config, store):
     hint = "Keep it to one short line."
     enhanced = enhanced_user_message("Shorter please.", hint)
     assert enhanced == "Shorter please.\n\n[user's hint / instruction]\nKeep it to one short line."
-    ids, note = teacher_prompt(store, judge.policy, pending, enhanced)
+    ids, note = teacher_prompt(judge.policy, turn_context(store, pending.turn), enhanced)
     assert note == ""
     served, _ = store.turn_tokens(b)
     text = engine.llm.detokenize(ids, special=True).decode()
@@ -108,7 +110,7 @@ def test_judge_pauses_while_the_chat_is_busy(engine):
     prompt = engine.tokenize(engine.render([{"role": "user", "content": "Count to twenty."}], thinking=False))
     out: list[str] = []
     with gate:
-        worker = threading.Thread(target=lambda: out.append(judge._vote(prompt, seed=1)))
+        worker = threading.Thread(target=lambda: out.append(sample(judge, prompt, seed=1)))
         worker.start()
         time.sleep(0.5)
         assert worker.is_alive() and not out  # waiting, not generating
@@ -135,7 +137,7 @@ def test_chat_preempts_a_running_vote_within_a_token(engine):
 
     engine.generate = spy
     try:
-        worker = threading.Thread(target=lambda: judge._vote(prompt, seed=3))
+        worker = threading.Thread(target=lambda: sample(judge, prompt, seed=3))
         worker.start()
         time.sleep(0.3)  # the vote is generating
         with gate:

@@ -9,9 +9,15 @@ from clawdesk.errors import JudgeError
 from clawdesk.judge import channel
 from clawdesk.judge.parse import parse_score
 from clawdesk.judge.runner import Judge
+from clawdesk.judge.vote import NextState
 
 COMPLAINT = ("How do I make tea?", "1. Boil water\n2. Add a tea bag", "Please no lists, one short paragraph.")
 THANKS = ("Convert 5 miles to km.", "5 miles is about 8.05 km.", "Perfect, thanks!")
+
+
+def _vote(judge, case, **kw):
+    request, reply, next_message = case
+    return judge.vote(request, reply, NextState(next_message), **kw)
 
 
 def test_framings_file_has_every_section_and_votes_cycle_through_them():
@@ -50,7 +56,7 @@ def test_decide_picks_the_framing_that_explains_the_next_state_best():
 def test_channel_judge_casts_m_votes_on_the_demo_model(engine):
     judge = Judge(engine, JudgeConfig(votes=3, method="channel"))
     seen = []
-    verdict = judge.judge_texts(*COMPLAINT, on_progress=lambda done, total, kind: seen.append((done, total, kind)))
+    verdict = _vote(judge, COMPLAINT, on_progress=lambda done, total, kind: seen.append((done, total, kind)))
     assert verdict.prompt_version == channel.VERSION
     assert len(verdict.votes) == 3 and all(v in (-1, 1) for v in verdict.votes)
     assert [parse_score(o) for o in verdict.score_outputs] == verdict.votes  # the logged text says the vote
@@ -64,16 +70,16 @@ def test_channel_judge_casts_m_votes_on_the_demo_model(engine):
     if verdict.hint is not None:  # v3 hints are the next state's own words, like v2
         assert verdict.hint == COMPLAINT[2]
     # Deterministic: the same turn judged again gives the same votes, whatever was cached in between.
-    judge.judge_texts(*THANKS)
-    assert judge.judge_texts(*COMPLAINT).votes == verdict.votes
+    _vote(judge, THANKS)
+    assert _vote(judge, COMPLAINT).votes == verdict.votes
 
 
 def test_channel_votes_read_the_next_state_not_an_answer_word(engine):
     """The vote compares the same next-state tokens under two framings: swap the next states and the
     log-probs of the framings move, which a prior for one answer word alone could not do."""
     judge = Judge(engine, JudgeConfig(votes=1, method="channel"))
-    complaint = judge.judge_texts(*COMPLAINT).score_outputs[0]
-    thanks = judge.judge_texts(*THANKS).score_outputs[0]
+    complaint = _vote(judge, COMPLAINT).score_outputs[0]
+    thanks = _vote(judge, THANKS).score_outputs[0]
 
     def margin(text: str) -> float:
         parts = dict(p.split("=") for p in text.split()[1:3])

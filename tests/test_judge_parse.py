@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from clawdesk.errors import JudgeError
 from clawdesk.judge import parse
+from clawdesk.judge.baselines.prompts import PROMPT_VERSION, hint_messages, load_template, score_messages
 from clawdesk.judge.parse import (
     accept_hint,
     enhanced_user_message,
@@ -17,7 +18,6 @@ from clawdesk.judge.parse import (
     parse_hint,
     parse_score,
 )
-from clawdesk.judge.prompts import PROMPT_VERSION, hint_messages, load_template, score_messages
 
 # ---------------------------------------------------------------- scores
 

@@ -8,9 +8,10 @@ import pytest
 
 from clawdesk.cli import main
 from clawdesk.config import JudgeConfig
-from clawdesk.judge import fewshot
-from clawdesk.judge.parse import hint_problem, parse_score
+from clawdesk.judge.baselines import fewshot
+from clawdesk.judge.parse import QUOTE_CHARS, hint_problem, parse_score
 from clawdesk.judge.runner import Judge
+from clawdesk.judge.vote import NextState
 
 CASE = ("How do I make tea?", "1. Boil water\n2. Add a tea bag", "Please no lists, one short paragraph.")
 
@@ -40,7 +41,7 @@ def test_quoted_text_cannot_pose_as_an_answer_or_break_the_fence():
     assert query.count("\n") == 3  # request, reply, next state, the answer key: nothing the user wrote adds a line
     assert "Verdict: satisfied" not in query and "Says how: yes" not in query
     assert query.endswith("Verdict:")
-    assert len(fewshot.flatten("word " * 1000)) <= fewshot.QUOTE_CHARS  # long pastes are clipped
+    assert len(fewshot.flatten("word " * 1000)) <= QUOTE_CHARS  # long pastes are clipped
 
 
 def test_vote_texts_parse_like_v1_outputs():
@@ -86,7 +87,9 @@ def test_continuation_logprobs_match_step_by_step_scoring(engine):
 def test_logprob_judge_casts_m_votes_on_the_demo_model(engine, calibrate):
     judge = Judge(engine, JudgeConfig(votes=3, method="logprob", calibrate=calibrate))
     seen = []
-    verdict = judge.judge_texts(*CASE, on_progress=lambda done, total, kind: seen.append((done, total, kind)))
+    request, reply, next_message = CASE
+    progress = lambda done, total, kind: seen.append((done, total, kind))  # noqa: E731
+    verdict = judge.vote(request, reply, NextState(next_message), on_progress=progress)
     assert verdict.prompt_version == "v2"
     assert len(verdict.votes) == 3 and all(v in (-1, 0, 1) for v in verdict.votes)
     assert [parse_score(o) for o in verdict.score_outputs] == verdict.votes  # logged text says the vote

@@ -18,7 +18,8 @@ from clawdesk.errors import ConfigError, TrainError
 from clawdesk.judge.parse import enhanced_user_message
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.service import judge_pending
-from clawdesk.judge.tool_steps import CHANNEL_VERSION, RULES_VERSION, judge_step, step_teacher_prompt
+from clawdesk.judge.teacher import step_context, teacher_prompt
+from clawdesk.judge.tool_steps import CHANNEL_VERSION, RULES_VERSION
 from clawdesk.learn import versions
 from clawdesk.learn.samples import count_ready, ready_samples
 from clawdesk.store import NewTurn, Store, now_iso
@@ -256,12 +257,12 @@ def judge(engine):
 def _one_step(st, engine, calls, user="Save my notes to a.txt") -> object:
     session = st.create_session(system_prompt="sys")
     agent_turn(st, session.id, [step((1, 2), (3,), calls), step((1, 2, 3, 4), (5,), content="done")], user=user)
-    return pending_steps(st)[-1]  # the step just recorded (judge_step saves nothing)
+    return pending_steps(st)[-1]  # the step just recorded (Judge.judge_step saves nothing)
 
 
 def test_an_error_result_votes_minus_one_and_its_message_is_the_hint(st, engine, judge):
     pending = _one_step(st, engine, [call("error", BAD_ARGS)])
-    sj = judge_step(judge, st, pending)
+    sj = judge.judge_step(st, pending)
     assert sj.votes == [-1, -1, -1] and sj.prompt_version == RULES_VERSION and sj.reward == -1.0
     assert sj.hint == f"read_file: {BAD_ARGS}"
     assert sj.enhanced_prompt_ids is None and "another model" in sj.note  # served by "base", judged by the demo
@@ -271,14 +272,14 @@ def test_a_refusal_with_instead_text_is_the_hint_and_a_headless_denial_is_no_sig
     said = _registry_result(tmp_path, instead("Don't write files; just show me the notes here."))
     timeout = call("timeout", "run_shell timed out after 30 s; the whole process group was stopped", "run_shell")
     pending = _one_step(st, engine, [timeout, call("denied", said.content, "write_file")])
-    sj = judge_step(judge, st, pending)
+    sj = judge.judge_step(st, pending)
     assert sj.votes == [-1, -1, -1] and sj.hint == "Don't write files; just show me the notes here."  # beats the error
 
     headless = _registry_result(tmp_path, None)
-    sj = judge_step(judge, st, _one_step(st, engine, [call("denied", headless.content, "write_file")]))
+    sj = judge.judge_step(st, _one_step(st, engine, [call("denied", headless.content, "write_file")]))
     assert sj.votes == [0, 0, 0] and sj.hint is None and sj.reward == 0.0
 
-    sj = judge_step(judge, st, _one_step(st, engine, [call("denied", "The user denied this call to write_file.")]))
+    sj = judge.judge_step(st, _one_step(st, engine, [call("denied", "The user denied this call to write_file.")]))
     assert sj.votes == [-1, -1, -1] and sj.hint is None
 
 
@@ -286,7 +287,7 @@ def test_a_refusal_with_instead_text_is_the_hint_and_a_headless_denial_is_no_sig
 def test_an_ok_result_is_judged_by_the_model_and_not_voted_down(st, engine, judge):
     ok = call("ok", "2026-12-03 09:00 (Thursday)", "current_time")
     pending = _one_step(st, engine, [ok], user="What time is it?")
-    sj = judge_step(judge, st, pending)
+    sj = judge.judge_step(st, pending)
     assert sj.prompt_version == CHANNEL_VERSION and len(sj.votes) == 3 and all(v in (1, -1) for v in sj.votes)
     assert all(o.startswith("channel worked=") for o in sj.score_outputs)  # scored on the result text, no rules
     assert sj.reward > 0 and sj.hint is None  # measured on the demo model: +1 ×3
@@ -320,6 +321,10 @@ def test_judge_pending_judges_tool_steps_and_their_teacher_prompt_is_the_step_pr
     assert row["enhanced_prompt_ids"] == engine.tokenize(
         engine.render(build_messages("sys", [], enhanced), thinking=False)
     )
+
+
+def _step_context(pending):
+    return step_context(pending.turn, pending.step.prompt_ids, pending.first_prompt_ids)
 
 
 @pytest.fixture(scope="module")
@@ -368,7 +373,7 @@ def test_teacher_prompt_of_a_later_step_keeps_the_tools_calls_and_results_of_the
     )  # fmt: skip
     enhanced = enhanced_user_message(user, hint)
     for pending, later in zip(pending_steps(st), ((), done0), strict=True):
-        ids, problem = step_teacher_prompt(qwen3, pending, enhanced)
+        ids, problem = teacher_prompt(qwen3, _step_context(pending), enhanced)
         rendered = qwen3.render(
             build_messages("You are ClawDesk.", [], enhanced, later), thinking=thinking, tools=tools
         )
@@ -376,7 +381,7 @@ def test_teacher_prompt_of_a_later_step_keeps_the_tools_calls_and_results_of_the
         assert ids != pending.step.prompt_ids and len(ids) > len(pending.step.prompt_ids)
     # A prompt that is not this turn's (another system prompt served) gets no teacher prompt, never a wrong one.
     other = dataclasses.replace(pending_steps(st)[1], first_prompt_ids=prompts[0][:-3])
-    ids, problem = step_teacher_prompt(qwen3, other, enhanced)
+    ids, problem = teacher_prompt(qwen3, _step_context(other), enhanced)
     assert ids is None and "not found" in problem
 
 

@@ -232,20 +232,25 @@ class Experiment:
     # -- judging -----------------------------------------------------------------------------
 
     def _judge_pending(self, store, engine, cfg: Config) -> None:
-        from clawdesk.judge.runner import Judge
+        from clawdesk.runtime import load_judge
         from clawdesk.store.judgments import pending_turns, save_judgment
 
         pending = pending_turns(store)
         by_id = {t.turn_id: t for t in self._turns}
-        judge = Judge(engine, cfg.judge) if self.options.effective_judge == "self" else None
+        # The app's judge, judge.model included (a judge GGUF of its own is closed after this batch).
+        judge = load_judge(cfg, store, engine) if self.options.effective_judge == "self" else None
         judgments = []
-        for k, p in enumerate(pending):
-            self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
-            truth = by_id[p.turn.id].satisfied
-            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
-            if judge is not None:
-                self._count_agreement(j, truth)
-            judgments.append(j)
+        try:
+            for k, p in enumerate(pending):
+                self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
+                truth = by_id[p.turn.id].satisfied
+                j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
+                if judge is not None:
+                    self._count_agreement(j, truth)
+                judgments.append(j)
+        finally:
+            if judge is not None and judge.engine is not engine:
+                judge.engine.close()
         if self.options.method == "shuffled":
             judgments = self._shuffle(store, engine, pending, judgments)
         for j in judgments:
@@ -255,7 +260,7 @@ class Experiment:
 
     def _oracle(self, store, engine, pending, satisfied: bool, hint_from=None):
         from clawdesk.judge.parse import enhanced_user_message
-        from clawdesk.judge.runner import teacher_prompt
+        from clawdesk.judge.teacher import teacher_prompt, turn_context
         from clawdesk.store.judgments import Judgment
 
         reward = 1 if satisfied else -1
@@ -263,7 +268,7 @@ class Experiment:
         if hint_from is not None:
             reward, hint = hint_from
         enhanced = enhanced_user_message(pending.turn.user_content, hint) if hint else None
-        ids, note = teacher_prompt(store, engine, pending, enhanced) if enhanced else (None, "")
+        ids, note = teacher_prompt(engine, turn_context(store, pending.turn), enhanced) if enhanced else (None, "")
         ident = engine.identity
         return Judgment(
             turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="oracle",

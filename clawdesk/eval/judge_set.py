@@ -3,7 +3,8 @@
 ``assets/judge-set.jsonl`` holds one case per line: ``id, category, request, reply, next,
 next_role, label (+1/0/-1), directive (bool)``. The judge under test is the app's own
 :class:`~clawdesk.judge.runner.Judge` with the app's settings; it sees each case exactly as it
-would see a logged turn. Reported: reward accuracy (all cases, and the *clear* ones: thanks, moving
+would see a logged turn (:meth:`~clawdesk.judge.runner.Judge.vote`).
+Reported: reward accuracy (all cases, and the *clear* ones: thanks, moving
 on and building on it against redo, correction and complaint), the 3×3 confusion matrix, hint
 acceptance precision/recall against ``directive``, the acceptance rate on satisfied cases, and
 seconds per judged case.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import InputError
+from clawdesk.judge.vote import NextState
 
 CLEAR = {"thanks", "moving-on", "building-on", "redo", "correction", "complaint"}
 LABELS = (1, 0, -1)
@@ -56,7 +58,9 @@ def evaluate(judge, cases: list[dict[str, Any]], *, on_case: Callable[[int, int]
     started = time.monotonic()
     for i, case in enumerate(cases):
         t0 = time.monotonic()
-        verdict = judge.judge_texts(case["request"], case["reply"], case["next"], case["next_role"], seed=i + 1)
+        # A text next state is judged as a turn whatever its role; the role reaches the baselines' prompts.
+        next_state = NextState(case["next"], case["next_role"])
+        verdict = judge.vote(case["request"], case["reply"], next_state, seed=i + 1)
         rows.append(
             {
                 "id": case["id"],

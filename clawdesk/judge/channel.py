@@ -20,6 +20,11 @@ same way with the ``says-how yes`` / ``says-how no`` framings, and only on votes
 satisfied: a satisfied turn needs no correction. The framings live in
 ``clawdesk/judge/prompts/channel_v3.txt`` (sections ``=== context ===``, ``=== satisfied ===``,
 ``=== unsatisfied ===``, ``=== says-how yes ===``, ``=== says-how no ===``; one framing per line).
+
+This is the shipped vote method (:class:`ChannelMethod`, see :mod:`clawdesk.judge.vote`), with two
+sets of framings: :data:`TURN` for the user's next message and :data:`TOOL` for a tool step's
+results (``tool_v1.txt``: "The tool call worked / failed and returned:"). One implementation casts
+the votes of both.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from functools import cache
 from importlib import resources
 
 from clawdesk.errors import JudgeError
-from clawdesk.judge.fewshot import flatten
+from clawdesk.judge.parse import flatten, hint_from_next_state, majority
+from clawdesk.judge.vote import Ballot, NextState, Scorer
 
 VERSION = "v3-channel"
 TEMPLATE = "channel_v3.txt"
@@ -67,7 +73,7 @@ def load_frames() -> Frames:
 def load_template(template: str, labels: tuple[str, ...]) -> Frames:
     """Parse a framings file of ``clawdesk/judge/prompts`` with a ``context`` section and one per label.
 
-    Also used for the tool-step framings (``tool_v1.txt``, :mod:`clawdesk.judge.tool_steps`)."""
+    Also used for the tool-step framings (``tool_v1.txt``, :data:`TOOL`)."""
     try:
         text = resources.files("clawdesk.judge").joinpath("prompts", template).read_text(encoding="utf-8")
     except FileNotFoundError as err:
@@ -107,3 +113,49 @@ def decide(
     best = max(logprobs, key=lambda k: logprobs[k] + prior.get(k, 0.0))
     shown = " ".join(f"{k.split()[-1]}={v:.2f}" for k, v in logprobs.items())
     return labels[best], f"channel {shown}"
+
+
+@dataclass(frozen=True)
+class ChannelMethod:
+    """The channel vote method with one set of framings (:data:`TURN` or :data:`TOOL`).
+
+    Vote i: which score framing explains the next state best, then (unless it was the positive
+    one, ``not_asked``) whether the framing "says how to fix it" explains it better than "says
+    nothing" by more than :data:`SAYS_HOW_MARGIN`. When the majority of hint votes says yes, the
+    next state's own words are the proposed hint."""
+
+    template: str
+    score_sections: tuple[tuple[str, int], ...]
+    version: str
+    not_asked: str  # the positive score label: its votes need no correction and skip the hint question
+
+    def frames(self) -> Frames:
+        return load_template(self.template, (*dict(self.score_sections), *HINT_SECTIONS))
+
+    def cast(
+        self, judge: Scorer, request: str, reply: str, next_state: NextState, ballot: Ballot, *, seed: int = 0
+    ) -> tuple[str, str | None]:
+        frames = self.frames()
+        prefix, cont = context(request, reply, frames), continuation(next_state.text)
+        for vote in range(ballot.m):
+            self._vote(judge, frames, prefix, cont, vote, ballot)
+        hint = hint_from_next_state(next_state.text) if majority(ballot.votes["hint"]) == 1 else None
+        return self.version, hint
+
+    def _vote(self, judge: Scorer, frames: Frames, prefix: str, cont: str, vote: int, ballot: Ballot) -> None:
+        def best(sections: dict[str, int], prior: dict[str, float] | None = None) -> tuple[int, str]:
+            # Every score yields to the chat and stops on the judge's stop event (Judge.continuation_logprob).
+            found = {name: judge.continuation_logprob(prefix + frames.framing(name, vote), cont) for name in sections}
+            return decide(found, sections, prior=prior)
+
+        value, text = best(dict(self.score_sections))
+        ballot.cast("score", value, f"{text} \\boxed{{{'+1' if value == 1 else '-1'}}}")
+        if value == 1:  # a satisfied turn (a call that worked) needs no correction: not asked, counts as "no"
+            ballot.cast("hint", 0, f"channel not asked ({self.not_asked})\nUseful: no")
+            return
+        says, text = best(HINT_SECTIONS, {"says-how yes": SAYS_HOW_MARGIN})
+        ballot.cast("hint", says, f"{text}\nUseful: {'yes' if says else 'no'}")
+
+
+TURN = ChannelMethod(TEMPLATE, tuple(SCORE_SECTIONS.items()), VERSION, "satisfied")
+TOOL = ChannelMethod("tool_v1.txt", (("worked", 1), ("failed", -1)), "tool-v1-channel", "worked")

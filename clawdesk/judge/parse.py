@@ -1,6 +1,6 @@
 """Reading judge outputs: scores, hint verdicts, the vote rules, and keeping user text inert.
 
-Pure functions over strings; no model. The judge prompt (``clawdesk.judge.prompts``) quotes user
+Pure functions over strings; no model. The judge prompt (``clawdesk.judge.baselines.prompts``) quotes user
 text between fence lines ``<<<BEGIN LABEL>>>`` … ``<<<END LABEL>>>`` after :func:`neutralise`
 has broken every marker this parser reacts to inside that text. The parser then reads only what
 the judge itself wrote:
@@ -23,6 +23,10 @@ vote invalid, e.g. ``\\boxed{2}``):
 Hint outputs: a verdict ``Useful: yes`` or ``Useful: no`` (case-insensitive; ``yes|no`` and
 ``yes/no`` are not verdicts) and, after the last verdict, a block
 ``[HINT_START] … [HINT_END]``. A hint block before the last verdict does not count.
+
+Quoting for the plain-text prompts (the channel judge and the v2 baseline): :func:`flatten` makes
+user text one inert line; :func:`hint_from_next_state` is the hint those methods propose, the next
+state's own words.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from collections.abc import Sequence
 from clawdesk.errors import JudgeError
 
 HINT_HEADER = "\n\n[user's hint / instruction]\n"
+QUOTE_CHARS = 400  # per quoted text in a plain-text prompt: the judge needs the gist; long prompts only slow it
+# The answer keys of the v2 few-shot prompt: quoted text must not pose as an answer.
+_ANSWER_KEYS = re.compile(r"\b(Verdict|Says how)\s*:", re.IGNORECASE)
 MIN_HINT_CHARS = 10  # an accepted hint is longer than this after strip()
 
 THINK_OPEN = "<think>"
@@ -242,3 +249,19 @@ def enhanced_user_message(last_user: str, hint: str) -> str:
     user text, so its chat-template markers are neutralised: it cannot open a role turn of its own.
     """
     return last_user + HINT_HEADER + neutralise_template_markers(hint)
+
+
+def flatten(text: str, limit: int = QUOTE_CHARS) -> str:
+    """User text made inert for the prompt: one line, no answer key that could pose as an answer, clipped."""
+    text = " ".join(text.split())
+    text = _ANSWER_KEYS.sub(lambda m: f"{m.group(1)} -", text)
+    if len(text) > limit:
+        half = (limit - 5) // 2
+        text = f"{text[:half]} […] {text[-half:]}"
+    return text
+
+
+def hint_from_next_state(next_state: str) -> str:
+    """The hint proposed when the votes say the next state says how: its own words (a directive's own)."""
+    text = " ".join(next_state.split())
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1] + "…"

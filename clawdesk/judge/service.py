@@ -1,7 +1,8 @@
 """Judging the backlog: once (``clawdesk judge``) or continuously in the background (the TUI).
 
-The backlog is turns (judged from the user's next message) and then tool steps (judged from their
-tool results, :mod:`clawdesk.judge.tool_steps`), which are ready as soon as they are recorded.
+The backlog is turns (judged from the user's next message, :meth:`Judge.judge`) and then tool steps
+(judged from their tool results, :meth:`Judge.judge_step`), which are ready as soon as they are
+recorded. Both go through the one vote method, :meth:`Judge.vote`.
 
 Both paths respect the learning switch: judging only runs while learning is ON, and turning it
 OFF interrupts the turn being judged (nothing half-judged is saved).
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clawdesk.judge.parse import majority
-from clawdesk.judge.runner import Judge, JudgeInterrupted, VoteProgress
-from clawdesk.judge.tool_steps import judge_step
+from clawdesk.judge.runner import Judge, JudgeInterrupted
+from clawdesk.judge.vote import VoteProgress
 from clawdesk.store import Store
 from clawdesk.store.judgments import Judgment, backlog, drop_stale, pending_turns, save_judgment
 from clawdesk.store.step_judgments import StepJudgment, pending_steps, save_step_judgment, step_backlog
@@ -93,8 +94,8 @@ def _judge_steps(
             summary.stopped = True
             break
         try:
-            sj = judge_step(
-                judge, store, pending, on_progress=lambda v: on_event and on_event(JudgeEvent("vote", vote=v))
+            sj = judge.judge_step(
+                store, pending, on_progress=lambda v: on_event and on_event(JudgeEvent("vote", vote=v))
             )
         except JudgeInterrupted:
             summary.stopped = True

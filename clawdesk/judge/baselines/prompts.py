@@ -1,4 +1,4 @@
-"""Judge prompts: the versioned template files and rendering them into chat messages.
+"""The v1 judge prompts (a baseline, ``judge.method = "sampled"``): the template files rendered into chat messages.
 
 The templates are package data (``clawdesk/judge/prompts/{kind}_{PROMPT_VERSION}.txt``), each with
 a ``=== system ===`` and a ``=== user ===`` section. ``{{request}}``, ``{{reply}}``,

@@ -1,4 +1,4 @@
-"""GBNF grammars that make every judge vote parseable (``judge.constrained``).
+"""GBNF grammars that make every v1 (sampled baseline) judge vote parseable (``judge.constrained``).
 
 The score grammar allows one short line of reasoning, then forces ``\\boxed{+1|0|-1}``; the hint
 grammar forces ``Useful: no`` or ``Useful: yes`` followed by a ``[HINT_START] … [HINT_END]``

@@ -1,5 +1,6 @@
-"""The v2 judge prompt: one few-shot plain-text prompt whose votes are read from outcome probabilities.
+"""The v2 judge (a baseline, ``judge.method = "logprob"``): votes read from answer-word probabilities.
 
+One few-shot plain-text prompt; the votes are the likeliest answer words.
 The template (``clawdesk/judge/prompts/judge_v2.txt``) holds an ``=== intro ===``, labelled
 ``=== example VERDICT SAYS_HOW ===`` blocks and a ``=== query ===`` block with the
 ``{{request}}``, ``{{reply}}``, ``{{next_state}}`` and ``{{next_role}}`` placeholders. Each example
@@ -33,10 +34,11 @@ from functools import cache
 from importlib import resources
 
 from clawdesk.errors import JudgeError
+from clawdesk.judge.parse import flatten, hint_from_next_state, majority
+from clawdesk.judge.vote import Ballot, NextState, Scorer
 
 VERSION = "v2"
 TEMPLATE = f"judge_{VERSION}.txt"
-QUOTE_CHARS = 400  # per quoted text: the judge needs the gist; long prompts only slow it down
 ROTATE = 3  # the last ROTATE examples change order from vote to vote
 SCORE_KEY, HINT_KEY = "Verdict", "Says how"
 SCORE_LABELS = {"satisfied": 1, "unsatisfied": -1, "unclear": 0}
@@ -45,7 +47,6 @@ CONTENT_FREE = ("N/A", "N/A", "N/A")  # request, reply, next state of the calibr
 
 _BLOCK = re.compile(r"^=== (intro|query|example (\w+) (\w+)) ===\n", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-_KEYS = re.compile(rf"\b({SCORE_KEY}|{HINT_KEY})\s*:", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,6 @@ def load_template() -> Template:
     if intro is None or query is None or len(examples) < ROTATE or parts[0].strip():
         raise JudgeError(f"{name} needs an intro, at least {ROTATE} examples and a query block; reinstall ClawDesk.")
     return Template(intro, tuple(examples), query)
-
-
-def flatten(text: str, limit: int = QUOTE_CHARS) -> str:
-    """User text made inert for the prompt: one line, no answer key that could pose as an answer, clipped."""
-    text = " ".join(text.split())
-    text = _KEYS.sub(lambda m: f"{m.group(1)} -", text)
-    if len(text) > limit:
-        half = (limit - 5) // 2
-        text = f"{text[:half]} […] {text[-half:]}"
-    return text
 
 
 def score_prompt(request: str, reply: str, next_state: str, next_role: str, *, vote: int) -> str:
@@ -131,7 +122,47 @@ def hint_text(shown: str, label: str) -> str:
     return f"logprob {shown}\nUseful: {label}"
 
 
-def hint_from_next_state(next_state: str) -> str:
-    """The hint a v2 judge proposes: the next state's own words (a directive says how, in the user's words)."""
-    text = " ".join(next_state.split())
-    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1] + "…"
+class LogprobMethod:
+    """The v2 vote method: vote i's likeliest verdict, then whether the next state says how.
+
+    With ``calibrate`` each answer's log-prob on a content-free query is subtracted first; that
+    prior is computed once per vote order and question (the prefix is cached, only the query is new)."""
+
+    def __init__(self, *, calibrate: bool) -> None:
+        self.calibrate = calibrate
+        self._calibration: dict[tuple[int, str], dict[str, float]] = {}
+
+    def cast(
+        self, judge: Scorer, request: str, reply: str, next_state: NextState, ballot: Ballot, *, seed: int = 0
+    ) -> tuple[str, str | None]:
+        for vote in range(ballot.m):  # each vote answers both questions on one prompt (its prefix stays cached)
+            text = score_prompt(request, reply, next_state.text, next_state.role, vote=vote)
+            verdict, value, shown = self._most_likely(judge, text, SCORE_LABELS, (vote, ""))
+            ballot.cast("score", value, score_text(shown, value))
+            label, value, shown = self._most_likely(judge, hint_prompt(text, verdict), HINT_LABELS, (vote, verdict))
+            ballot.cast("hint", value, hint_text(shown, label))
+        hint = hint_from_next_state(next_state.text) if majority(ballot.votes["hint"]) == 1 else None
+        return VERSION, hint
+
+    def _most_likely(
+        self, judge: Scorer, text: str, labels: dict[str, int], calib_key: tuple[int, str]
+    ) -> tuple[str, int, str]:
+        found = _logprobs(judge, text, labels)
+        if self.calibrate:
+            prior = self._calibration.get(calib_key)
+            if prior is None:
+                vote, verdict = calib_key
+                blank = score_prompt(*CONTENT_FREE, "user", vote=vote)
+                prior = _logprobs(judge, hint_prompt(blank, verdict) if verdict else blank, labels)
+                self._calibration[calib_key] = prior
+            found = {k: v - prior[k] for k, v in found.items()}
+        return pick(labels, found)
+
+
+def _logprobs(judge: Scorer, text: str, labels: dict[str, int]) -> dict[str, float]:
+    engine = judge.engine
+    conts = [engine.tokenize_plain(" " + label) for label in labels]
+    prompt = engine.tokenize_plain(text, bos=True)
+    room = engine.n_ctx - max(len(c) for c in conts)
+    prompt = prompt[-room:]  # a prompt over the window loses its oldest examples, never the query
+    return dict(zip(labels, judge.continuation_logprobs(prompt, conts), strict=True))
