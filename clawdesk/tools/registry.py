@@ -15,6 +15,7 @@ A *provider* is anything with ``specs()``, ``call(name, arguments, timeout)``, `
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -31,6 +32,8 @@ from clawdesk.tools.types import ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
     from clawdesk.config import Config
+
+log = logging.getLogger(__name__)
 
 
 class Provider(Protocol):
@@ -120,9 +123,19 @@ class Registry:
     # -- running one call -------------------------------------------------------------------
 
     def run(self, call: ToolCall, consent: Consent, cancel: threading.Event | None = None) -> ToolResult:
-        """Run ``call`` under its policy and ``consent``; the result's content is capped and its duration set."""
+        """Run ``call`` under its policy and ``consent``; the result's content is capped and its duration set.
+
+        Never raises for a call: a tool's unexpected failure (RecursionError, MemoryError, an OSError
+        nobody foresaw, a bug) becomes an ``error`` result the model reads and the turn records, and
+        is logged with its traceback, so no tool call can end the app.
+        """
         started = time.monotonic()
-        result = self._run(call, consent, cancel)
+        try:
+            result = self._run(call, consent, cancel)
+        except Exception as exc:  # the edge between tools and the agent: converted, logged, never swallowed
+            log.exception("tool %r failed unexpectedly", getattr(call, "name", call))
+            name = call.name if isinstance(call.name, str) else str(call.name)
+            result = ToolResult(name, "error", f"{name} failed unexpectedly ({type(exc).__name__}: {exc})"[:2000])
         return ToolResult(
             call.name, result.status, cap_text(result.content, self.output_max_chars), time.monotonic() - started
         )
@@ -154,6 +167,12 @@ class Registry:
             return provider.call(name, arguments, None)
         except ClawDeskError as err:  # a provider's own failure (an MCP server that died), said in its words
             return ToolResult(name, "error", f"{name} failed: {err}")
+        except MemoryError:
+            return ToolResult(
+                name, "error", f"{name} ran out of memory; ask for less (a smaller file, a narrower path)"
+            )
+        except RecursionError:
+            return ToolResult(name, "error", f"{name} went too deep (nesting too deep to handle); use a narrower path")
 
 
 def check_arguments(spec: ToolSpec, arguments: Any) -> tuple[dict[str, Any], str]:
@@ -245,13 +264,18 @@ def cap_text(text: str, limit: int) -> str:
 
 def build_registry(config: Config, *, workspace: Path | None = None) -> Registry:
     """The registry for ``config``: the built-ins over the workspace, then the configured MCP servers."""
+    from clawdesk.config import check_workspace
+
     tools = config.tools
+    if workspace is not None:
+        check_workspace(workspace, config.home, "--workspace")
     builtins = BuiltinTools(
         Workspace(workspace or config.workspace_dir),
         config.db_path,
         # read_file's own "read on from line N" note must fit under the output cap.
         read_max_bytes=min(tools.read_max_bytes, tools.output_max_chars - 200),
         output_max_chars=tools.output_max_chars,
+        shell_env=tools.shell_env,
     )
     providers: list[Provider] = [builtins]
     if config.mcp.servers:
