@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -142,6 +143,10 @@ class Registry:
 
     def _run(self, call: ToolCall, consent: Consent, cancel: threading.Event | None) -> ToolResult:
         name = call.name
+        if isinstance(name, str) and has_control(name):
+            return ToolResult(
+                repr(name)[1:-1], "error", f"the tool name {name!r} holds control characters; no tool has such a name"
+            )
         entry = self._tools().get(name) if isinstance(name, str) else None
         if entry is None:
             offered = ", ".join(s.name for s in self.specs()) or "none"
@@ -153,6 +158,13 @@ class Registry:
         arguments, problem = check_arguments(spec, call.arguments)
         if problem:
             return ToolResult(name, "error", problem)
+        if bad := _controls_in(arguments):
+            return ToolResult(
+                name,
+                "error",
+                f"the argument {bad!r} of {name} holds control characters (escape codes, NUL…); only tab and line "
+                "breaks are allowed in text. Nothing was run.",
+            )
         if policy == "ask":
             decision = consent.decide(call, spec)
             if decision.verdict == "instead":
@@ -211,6 +223,33 @@ def check_arguments(spec: ToolSpec, arguments: Any) -> tuple[dict[str, Any], str
         return {}, f"bad arguments for {spec.name}: {'; '.join(problems)}. Call it as {signature(spec)}"
     # 3.0 passed the integer check; the tool gets 3.
     return {k: int(v) if isinstance(v, float) and _wants_integer(props.get(k)) else v for k, v in arguments.items()}, ""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0 and C1, but tab, LF and CR
+
+
+def has_control(text: str, *, lines_ok: bool = False) -> bool:
+    """Whether ``text`` holds a control character (with ``lines_ok``: other than tab, LF, CR)."""
+    if lines_ok:
+        return bool(_CONTROL.search(text))
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
+def _controls_in(value: Any, key: str = "") -> str | None:
+    """The name of the first argument whose text (or key) holds a control character other than tab and line breaks."""
+    if isinstance(value, str):
+        return key or "value" if has_control(value, lines_ok=True) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if has_control(str(k)):
+                return str(k)
+            if found := _controls_in(v, key or str(k)):
+                return found
+    if isinstance(value, list):
+        for v in value:
+            if found := _controls_in(v, key):
+                return found
+    return None
 
 
 def _wants_integer(prop: Any) -> bool:
