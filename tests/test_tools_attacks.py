@@ -399,3 +399,13 @@ def test_allow_names_an_mcp_tool(tmp_path):
     config = Config(home=tmp_path, mcp=MCPConfig(servers=(MCPServerConfig("files", "true"),)))
     args = argparse.Namespace(allow=["files.read_file,read_file"], yes=False, workspace=None)
     assert check_flags(args, config)[1] == {"files.read_file", "read_file"}
+
+
+def test_doctor_says_whether_the_shell_is_sandboxed():
+    from clawdesk.doctor import shell_sandbox_check
+    from clawdesk.tools.shell import sandbox_state
+
+    check = shell_sandbox_check()
+    confined, how = sandbox_state()
+    assert (check.status == "ok") == confined and check.detail == how
+    assert ("writes only inside the workspace" in how) if confined else ("no sandbox" in how)
