@@ -92,8 +92,6 @@ def test_shell_writes_outside_the_workspace_only_where_no_sandbox_is_claimed(ws,
     assert target.exists() is not confined, how  # what doctor and the dialog say is what happens
     if confined:
         assert "Permission denied" in result.content
-    if sys.platform.startswith("linux") and os.uname().release >= "5.13":
-        assert confined, f"this Linux kernel should offer Landlock: {how}"
 
 
 @pytest.mark.parametrize(
