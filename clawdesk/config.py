@@ -189,6 +189,8 @@ class ToolsConfig:
     shell_timeout_s: float = 30.0  # run_shell: then the whole process group is stopped
     read_max_bytes: int = 10_000  # read_file shows this much, then says how to read on (~2.5k tokens)
     output_max_chars: int = 10_000  # any tool result the model reads is cut to this (head and tail kept)
+    # Environment variables run_shell gets besides PATH, HOME, LANG, LC_*, USER, TMPDIR, TERM (e.g. ["CC"]).
+    shell_env: tuple[str, ...] = ()
     # [tools.policy] NAME = "auto" | "ask" | "never" (MCP tools: "server.tool" = ...); else each tool's default.
     policy: dict[str, str] = field(default_factory=dict, hash=False)
 
@@ -199,6 +201,12 @@ class ToolsConfig:
         _check(1000 <= self.read_max_bytes <= 10_000_000, "tools.read_max_bytes must be in 1000..10000000")
         _check(1000 <= self.output_max_chars <= 1_000_000, "tools.output_max_chars must be in 1000..1000000")
         _check("\0" not in self.workspace, "tools.workspace must not contain a NUL byte")
+        _check(
+            isinstance(self.shell_env, list | tuple)
+            and all(isinstance(n, str) and _ENV_NAME.fullmatch(n) for n in self.shell_env),
+            f'tools.shell_env must be a list of variable names, e.g. ["CC", "GOPATH"], got {self.shell_env!r}',
+        )
+        object.__setattr__(self, "shell_env", tuple(self.shell_env))
         _check(isinstance(self.policy, dict), 'tools.policy must be a table: [tools.policy] then run_shell = "ask"')
         if not self.policy:
             return
@@ -403,7 +411,20 @@ def load_config(home: Path, **overrides: Any) -> Config:
     built = {name: _build_section(cls, name, sections[name], path) for name, cls in _SECTIONS.items()}
     mcp = _build_mcp(raw.get("mcp", {}), path)
     _check_tool_servers(built["tools"], mcp, path)
-    return Config(home=home, mcp=mcp, **built)
+    config = Config(home=home, mcp=mcp, **built)
+    check_workspace(config.workspace_dir, config.home, "tools.workspace")
+    return config
+
+
+def check_workspace(workspace: Path, home: Path, what: str) -> None:
+    """A workspace may not contain the data dir: the tools would reach the chat history, notes and adapters."""
+    ws = Path(os.path.realpath(workspace))
+    data = Path(os.path.realpath(home))
+    if data == ws or ws in data.parents:
+        raise ConfigError(
+            f"{what} {workspace} contains ClawDesk's data dir {home}: tools could read and change your chats, notes "
+            "and adapters. Use a folder outside it (the default is <data dir>/workspace)."
+        )
 
 
 def _check_tool_servers(tools: ToolsConfig, mcp: MCPConfig, source: Path) -> None:

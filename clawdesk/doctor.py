@@ -69,7 +69,19 @@ def run_checks(config: Config, cli_model: str | None = None) -> list[Check]:
         if store is not None:
             store.close()
     checks += [_disk(config.home), _memory(model, cuda)]
+    if config.tools.enabled:
+        checks.append(shell_sandbox_check())
     return checks
+
+
+def shell_sandbox_check() -> Check:
+    """Whether run_shell's writes are confined to the workspace on this machine (said plainly when not)."""
+    from clawdesk.tools.shell import sandbox_state
+
+    confined, how = sandbox_state()
+    if confined:
+        return Check("shell sandbox", "ok", how)
+    return Check("shell sandbox", "warn", how, 'Linux 5.13+ with Landlock, or [tools.policy] run_shell = "never"')
 
 
 def failed(checks: list[Check]) -> bool:

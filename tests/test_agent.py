@@ -185,10 +185,10 @@ def test_remember_in_an_incognito_chat_is_denied_and_keeps_no_note(make, store):
     (denied,) = tool_calls(store, list_steps(store, result.turn_id)[0].id)
     assert denied.status == "denied" and "incognito" in denied.result
     assert store.db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
-    # The same call in a normal chat is kept (auto policy): the check above can fail.
+    # The same call in a normal chat, with the user's yes (remember is `ask`), is kept: the check above can fail.
     agent, _ = make([call("remember", text="my locker code is 1234"), "Noted."])
     normal = agent.new_session(store)
-    result = agent.run_turn(store, normal.id, "Remember my locker code 1234")
+    result = agent.run_turn(store, normal.id, "Remember my locker code 1234", consent=Consent(allow={"remember"}))
     assert tool_calls(store, list_steps(store, result.turn_id)[0].id)[0].status == "ok"
     assert store.db.execute("SELECT count(*) FROM notes").fetchone() == (1,)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from clawdesk.store import Store
 from clawdesk.store.forget import forget_all
 from clawdesk.store.notes import count_notes
-from clawdesk.tools import files
+from clawdesk.tools import search
 from clawdesk.tools.builtins import SPECS, BuiltinTools
 from clawdesk.tools.consent import ALLOW_CHAT, DENY, Consent, instead
 from clawdesk.tools.jail import Workspace
@@ -99,14 +99,14 @@ def test_search_files_regex_glob_and_match_cap(reg, ws):
     assert found.content == "x.py:2:     return 42"
     capped = run(reg, "search_files", pattern="^hit$")
     lines = capped.content.splitlines()
-    assert len(lines) == files.SEARCH_MAX_MATCHES + 1 and "stopped at 100 matches" in lines[-1]
+    assert len(lines) == search.SEARCH_MAX_MATCHES + 1 and "stopped at 100 matches" in lines[-1]
     bad = run(reg, "search_files", pattern="(unclosed")
     assert bad.status == "error" and "not a valid regular expression" in bad.content
     assert run(reg, "search_files", pattern="zzz").content == "no matches for 'zzz' in ."
 
 
 def test_a_catastrophic_pattern_times_out_instead_of_hanging(reg, ws, monkeypatch):
-    monkeypatch.setattr(files, "SEARCH_TIME_S", 0.3)
+    monkeypatch.setattr(search, "SEARCH_TIME_S", 0.3)
     (ws / "a.txt").write_text("a" * 60 + "!\n")
     result = run(reg, "search_files", pattern="(a|aa)+$")  # exponential backtracking
     assert result.status == "error" and "took longer" in result.content

@@ -32,7 +32,7 @@ def _sandbox(base: Path) -> tuple[Path, Path]:
     (ws / "dir_link").symlink_to(out)  # a directory link out
     (ws / "dangling").symlink_to(out / "not_yet.txt")  # a dangling link out: writing it would create the file
     (ws / "sub" / "up").symlink_to("../..")  # a relative link that climbs out
-    (ws / "ok_link").symlink_to("sub/inside.txt")  # a link that stays inside: allowed
+    (ws / "ok_link").symlink_to("sub/inside.txt")  # a link that stays inside: refused too (never followed)
     return ws, out
 
 
@@ -79,7 +79,8 @@ def test_absolute_paths_outside_are_refused_and_inside_allowed(sandbox):
         jail.resolve("/etc/passwd")
     assert jail.resolve(str(ws / "sub" / "inside.txt")) == ws / "sub" / "inside.txt"
     assert jail.resolve("./sub/../sub/inside.txt") == ws / "sub" / "inside.txt"
-    assert jail.resolve("ok_link") == ws / "sub" / "inside.txt"  # a link inside is followed to its real path
+    with pytest.raises(ToolInputError, match="symbolic link"):
+        jail.resolve("ok_link")  # no link is followed, not even one that stays inside
     assert jail.resolve("") == jail.resolve(".") == ws
 
 

@@ -99,6 +99,7 @@ async def open_consent(pilot, text: str) -> ConsentScreen:
     await type_and_send(pilot, text)
     await wait_until(pilot, lambda: isinstance(pilot.app.screen, ConsentScreen), "the consent dialog")
     await pilot.pause()
+    await wait_until(pilot, lambda: pilot.app.screen.armed, "the dialog to take answers")
     return pilot.app.screen
 
 
@@ -282,6 +283,86 @@ async def test_dialog_buttons_are_the_four_answers(config, store, registry, work
         assert dialog.request.preview == 'run_shell({\n  "command": "ls"\n})'
         await pilot.click("#consent-deny")
         await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
+
+
+async def test_keys_typed_as_the_dialog_opens_cannot_answer_it(config, store, registry, workspace, qwen3_template):
+    """Finding: "I an…" typed while the dialog opened answered "Yes for this chat", and "ok⏎" answered "Yes"."""
+    engine = tool_engine(qwen3_template, [call("write_file", path="a.txt", content="x"), "OK."])
+    app = RecordingApp(config, engine, store, registry=registry)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Write a.txt")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConsentScreen), "the consent dialog")
+        dialog = app.screen
+        assert dialog.focused is not None and dialog.focused.id == "consent-deny"  # Enter alone never says yes
+        for key in ["I", "space", "a", "n", "y", "o", "k", "enter", "ctrl+y"]:  # typing that was meant for the box
+            await pilot.press(key)
+        await pilot.pause(0.1)
+        assert app.screen is dialog and not dialog.request.answered.is_set()
+        await wait_until(pilot, lambda: dialog.armed, "the dialog to take answers")
+        await pilot.press("a")  # a single letter is no longer "yes for this chat"
+        await pilot.pause()
+        assert app.screen is dialog and not dialog.request.answered.is_set()
+        await wait_until(pilot, lambda: dialog.armed, "the dialog to take answers again")
+        await pilot.press("enter")  # a deliberate Enter answers what has focus: No
+        await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
+    assert not (workspace / "a.txt").exists()
+    [(_, record)] = turn_tool_calls(store, only_turn(store).id)
+    assert record.status == "denied"
+
+
+async def test_ctrl_y_is_yes_for_this_chat(config, store, registry, workspace, qwen3_template):
+    engine = tool_engine(qwen3_template, [call("write_file", path="a.txt", content="x"), "OK."])
+    app = RecordingApp(config, engine, store, registry=registry)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_consent(pilot, "Write a.txt")
+        await pilot.press("ctrl+y")
+        await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
+    assert (workspace / "a.txt").read_text() == "x"
+    assert "write_file" in app._consents[only_turn(store).session_id].allowed
+
+
+async def test_dialog_says_what_a_shell_call_can_reach(config, store, registry, workspace, qwen3_template):
+    from clawdesk.tools.shell import sandbox_state
+
+    engine = tool_engine(qwen3_template, [call("run_shell", command="env"), "Done."])
+    app = RecordingApp(config, engine, store, registry=registry)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_consent(pilot, "Show the environment")
+        reach = str(dialog.query_one("#consent-reach").render())
+        assert "Environment: HOME, LANG, LOGNAME, PATH" in reach and str(workspace) in reach
+        assert ("SANDBOXED" if sandbox_state()[0] else "NO SANDBOX") in reach
+        await pilot.click("#consent-deny")
+        await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
+
+
+async def test_control_characters_in_the_preview_are_shown_escaped(config, store, registry, workspace, qwen3_template):
+    (workspace / "log.txt").write_text("plain\n\x1b[2J\x1b]0;pwned\x07\n")
+    engine = tool_engine(qwen3_template, [call("edit_file", path="log.txt", old_text="plain", new_text="x"), "OK."])
+    app = RecordingApp(config, engine, store, registry=registry)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_consent(pilot, "Edit the log")
+        assert "\x1b" not in dialog.request.preview and "\\x1b[2J" in dialog.request.preview
+        await pilot.click("#consent-deny")
+        await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
+
+
+@pytest.mark.parametrize("error", [RecursionError("too deep"), MemoryError(), OSError(5, "I/O error")])
+async def test_the_app_survives_a_turn_worker_error_of_any_kind(config, store, registry, qwen3_template, error):
+    """Finding: a worker exception that is not a ClawDeskError ended the whole app (Textual's exit_on_error)."""
+    engine = tool_engine(qwen3_template, ["never served"])
+    app = RecordingApp(config, engine, store, registry=registry)
+
+    def explode(*args, **kwargs):
+        raise error
+
+    app.service.run_turn = explode
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Hello there")
+        await wait_until(pilot, lambda: not app.busy, "the failed turn to end")
+        await pilot.pause()
+        assert app.is_running
+        assert any(type(error).__name__ in text for text, severity in app.notes if severity == "error")
+        assert app.chat_input.text == "Hello there"  # what the user wrote is kept
 
 
 # -- status ---------------------------------------------------------------------------------

@@ -46,9 +46,8 @@ def check_flags(args: argparse.Namespace, config: Config) -> tuple[Path | None, 
             f"{config.config_path}); turn them on or leave the flags out"
         )
     # An MCP tool is "<server>.<tool>": its server must be configured (its tools are only known once it runs).
-    unknown = sorted(
-        n for n in allow if n not in BUILTIN_NAMES and not ("." in n and n.split(".", 1)[0] in config.mcp.servers)
-    )
+    servers = {s.name for s in config.mcp.servers}
+    unknown = sorted(n for n in allow if n not in BUILTIN_NAMES and not ("." in n and n.split(".", 1)[0] in servers))
     if unknown:
         raise InputError(f"--allow names no tool called {', '.join(unknown)}; `clawdesk tools` lists them")
     return workspace_path(args.workspace, config), allow

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from clawdesk.errors import ToolInputError
-from clawdesk.tools import files, memory, shell
+from clawdesk.tools import files, memory, search, shell
 from clawdesk.tools.jail import Workspace
 from clawdesk.tools.types import ToolResult, ToolSpec, object_schema
 
@@ -31,11 +31,20 @@ BUILTIN_NAMES: tuple[str, ...] = tuple(s.name for s in SPECS)
 class BuiltinTools:
     """The built-in tools over one workspace and one database (for the notes)."""
 
-    def __init__(self, workspace: Workspace, db_path: Path, *, read_max_bytes: int, output_max_chars: int):
+    def __init__(
+        self,
+        workspace: Workspace,
+        db_path: Path,
+        *,
+        read_max_bytes: int,
+        output_max_chars: int,
+        shell_env: tuple[str, ...] = (),
+    ):
         self.workspace = workspace
         self.db_path = db_path
         self.read_max_bytes = read_max_bytes
         self.output_max_chars = output_max_chars
+        self.shell_env = tuple(shell_env)  # names run_shell passes on besides shell.ENV_ALLOWED
 
     def specs(self) -> list[ToolSpec]:
         return list(SPECS)
@@ -69,7 +78,7 @@ class BuiltinTools:
         if name == "read_file":
             return files.read_file(ws, **args, max_bytes=self.read_max_bytes)
         if name == "search_files":
-            return files.search_files(ws, **args)
+            return search.search_files(ws, **args)
         if name == "write_file":
             return files.write_file(ws, **args)
         if name == "edit_file":
@@ -96,6 +105,7 @@ class BuiltinTools:
             timeout_s=limit,
             max_chars=self.output_max_chars,
             cancel=cancel,
+            env_names=self.shell_env,
         )
         return shell.shell_result(outcome, limit)
 

@@ -89,3 +89,36 @@ class Consent:
                 self.allowed.clear()
             else:
                 self.allowed.discard(name)
+
+
+FILE_TOOLS = ("list_files", "read_file", "search_files", "write_file", "edit_file")
+
+
+def reach(spec: ToolSpec, workspace: str | None, shell_env: tuple[str, ...] = ()) -> str:
+    """What a call of ``spec`` can reach, in words for the consent dialog: folders, environment, sandbox."""
+    if spec.source.startswith("mcp:"):
+        server = spec.source.removeprefix("mcp:")
+        return (
+            f"Runs in MCP server {server!r}, a program of its own: it reaches what that program does, with the "
+            "environment its [mcp.servers] entry names; ClawDesk's workspace and sandbox do not apply to it."
+        )
+    if spec.name == "run_shell":
+        from clawdesk.tools.shell import ENV_ALLOWED, sandbox_state
+
+        names = [*sorted(ENV_ALLOWED | set(shell_env)), "LC_*"]
+        confined, how = sandbox_state()
+        where = f"in {workspace}" if workspace else "in the workspace"
+        writes = (
+            f"SANDBOXED: it can write only {where} and its own temporary folder ({how})"
+            if confined
+            else f"NO SANDBOX: it can read, change and delete anything you can ({how})"
+        )
+        return (
+            f"Runs /bin/sh {where}; it can read any file you can read and use the network. {writes}. "
+            f"Environment: {', '.join(names)} only."
+        )
+    if spec.name in FILE_TOOLS:
+        return f"Reaches only files inside {workspace or 'the workspace'} (no symbolic link is followed)."
+    if spec.name in ("remember", "forget_note"):
+        return "Changes the notes every later chat can recall (F7 lists them)."
+    return ""

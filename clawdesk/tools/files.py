@@ -1,32 +1,31 @@
 """The file tools: ``list_files``, ``read_file``, ``search_files``, ``write_file``, ``edit_file``.
 
-Every path goes through the :class:`~clawdesk.tools.jail.Workspace`; every result is bounded
-(entries, bytes, matches, search time) so one call cannot flood the model's context or hang the
-agent. Problems the model can fix are :class:`~clawdesk.errors.ToolInputError` with what to do.
+Every path is opened through the :class:`~clawdesk.tools.jail.Workspace` (beneath it, no link
+followed, regular files only); every result is bounded (entries, bytes; ``search_files`` lives in
+:mod:`clawdesk.tools.search`) so one call cannot flood the model's context, the app's memory, or
+hang the agent. ``read_file`` reads by bytes in chunks, so one enormous line costs no more memory
+than the cap. Problems the model can fix are :class:`~clawdesk.errors.ToolInputError` with what to do.
 The arguments were already checked against each spec's schema by the registry.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import time
-from pathlib import Path
-
-import regex  # like `re`, but a search can time out: a model-written pattern may backtrack for ever
+import stat
 
 from clawdesk.errors import ToolInputError
-from clawdesk.tools.jail import Workspace, is_inside, write_text
+from clawdesk.tools.jail import Workspace, shown_name, write_text
+from clawdesk.tools.search import search_files
+from clawdesk.tools.tree import Entry, WalkStats, walk
 from clawdesk.tools.types import ToolSpec, object_schema
 
+__all__ = ["SPECS", "edit_file", "list_files", "read_file", "search_files", "write_file"]
+
 LIST_MAX_ENTRIES = 300
-SEARCH_MAX_MATCHES = 100
-SEARCH_MAX_FILE_BYTES = 2_000_000  # larger files are skipped (logs, data): read_file pages through them
-SEARCH_TIME_S = 10.0
-SEARCH_LINE_CHARS = 300  # a matching line is shown up to this many characters
 EDIT_MAX_BYTES = 5_000_000
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".mypy_cache", ".ruff_cache"})
 BINARY_PROBE = 8192
+READ_CHUNK = 65536
+READ_SCAN_MAX_BYTES = 512_000_000  # read_file looks this far for start_line, no further
 
 
 _PATH = {"type": "string", "description": "path relative to the workspace"}
@@ -93,44 +92,43 @@ SPECS = (
 
 
 def list_files(ws: Workspace, path: str = ".", recursive: bool = False) -> str:
-    real = ws.resolve(path)
-    shown = ws.relative(real)
-    if not real.exists():
+    st = ws.lstat(path)
+    if st is None:
         raise ToolInputError(f"{path!r} does not exist; list_files with path '.' shows the workspace")
-    if not real.is_dir():
-        return f"{shown} ({real.stat().st_size} bytes)"
+    parts = ws.parts(path)
+    shown = ws.relative(ws.real_root.joinpath(*parts))
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "symbolic link" if stat.S_ISLNK(st.st_mode) else None
+        if kind or not stat.S_ISREG(st.st_mode):
+            return f"{shown_name(shown)} ({kind or 'special file: FIFO, device or socket'})"
+        return f"{shown_name(shown)} ({st.st_size} bytes)"
+    ws.resolve(path)  # a directory reached through a link is refused with the jail's words
     lines: list[str] = []
-    more = False
-    if recursive:
-        for top, dirs, files in os.walk(real):  # symlinked directories are listed, not entered
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-            base = Path(top)
-            for name in dirs + sorted(files):
-                lines.append(_entry(base / name, os.path.relpath(base / name, real)))
+    stats = WalkStats()
+    with ws.root_fd() as root:
+        for entry, _ in walk(root, parts, recursive=recursive, stats=stats):
+            lines.append(_entry(entry))
             if len(lines) > LIST_MAX_ENTRIES:
-                more = True
                 break
-    else:
-        for entry in sorted(real.iterdir()):
-            lines.append(_entry(entry, entry.name))
-    if len(lines) > LIST_MAX_ENTRIES:
-        lines, more = lines[:LIST_MAX_ENTRIES], True
+    more = len(lines) > LIST_MAX_ENTRIES
+    lines = lines[:LIST_MAX_ENTRIES]
     if not lines:
         return f"{shown}/ is empty"
-    header = f"{shown}/:"
     tail = [f"[only the first {LIST_MAX_ENTRIES} entries are shown; list a subdirectory]"] if more else []
-    return "\n".join([header, *lines, *tail])
+    if stats.too_deep:
+        tail.append(f"[{stats.too_deep} directories nested too deep were not listed; list a subdirectory]")
+    return "\n".join([f"{shown_name(shown)}/:", *lines, *tail])
 
 
-def _entry(path: Path, label: str) -> str:
-    if path.is_symlink():
+def _entry(entry: Entry) -> str:
+    label = "/".join(shown_name(p) for p in entry.parts)
+    if entry.kind == "link":
         return f"{label}@ (symbolic link)"
-    if path.is_dir():
+    if entry.kind == "dir":
         return f"{label}/"
-    try:
-        return f"{label} ({path.stat().st_size} bytes)"
-    except OSError:
-        return label
+    if entry.kind == "other":
+        return f"{label} (special file: FIFO, device or socket)"
+    return f"{label} ({entry.size} bytes)"
 
 
 def read_file(ws: Workspace, path: str, start_line: int = 1, *, max_bytes: int) -> str:
@@ -138,26 +136,11 @@ def read_file(ws: Workspace, path: str, start_line: int = 1, *, max_bytes: int) 
         raise ToolInputError(f"start_line must be 1 or more, got {start_line}")
     real, fd = ws.open_read(path)
     with os.fdopen(fd, "rb") as f:
-        if b"\0" in f.read(BINARY_PROBE):
+        head = f.read(BINARY_PROBE)
+        if b"\0" in head:
             raise ToolInputError(f"{path!r} is a binary file, not text; read_file only reads text")
-        f.seek(0)
-        kept: list[bytes] = []
-        size = 0
-        last = start_line - 1
-        cut = False
-        for number, line in enumerate(f, 1):
-            if number < start_line:
-                continue
-            if size + len(line) > max_bytes:
-                if not kept:  # one line longer than the cap: show its start rather than nothing
-                    kept.append(line[:max_bytes])
-                    last = number
-                cut = True
-                break
-            kept.append(line)
-            size += len(line)
-            last = number
-    text = b"".join(kept).decode("utf-8", errors="replace")
+        kept, last, cut = _read_lines(f, head, start_line, max_bytes)
+    text = kept.decode("utf-8", errors="replace")
     if not kept and start_line > 1:
         return f"{ws.relative(real)} has fewer than {start_line} lines"
     if cut:
@@ -165,69 +148,45 @@ def read_file(ws: Workspace, path: str, start_line: int = 1, *, max_bytes: int) 
     return text
 
 
-def search_files(ws: Workspace, pattern: str, path: str = ".", glob: str = "") -> str:
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as exc:
-        raise ToolInputError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
-    real = ws.resolve(path)
-    if not real.exists():
-        raise ToolInputError(f"{path!r} does not exist; list_files shows what is there")
-    deadline = time.monotonic() + SEARCH_TIME_S
-    matches: list[str] = []
-    skipped = 0
-    for file in _walk_files(ws, real, glob):
-        try:
-            if file.stat().st_size > SEARCH_MAX_FILE_BYTES:
-                skipped += 1
-                continue
-            data = file.read_bytes()
-        except OSError:
-            continue
-        if b"\0" in data[:BINARY_PROBE]:
-            continue
-        rel = ws.relative(file)
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            try:
-                hit = compiled.search(line, timeout=max(0.001, deadline - time.monotonic()))
-            except TimeoutError:
-                raise ToolInputError(
-                    f"the search took longer than {SEARCH_TIME_S:g} s (the pattern backtracks too much, or there is "
-                    "too much to search); use a simpler pattern or a narrower path or glob"
-                ) from None
-            if hit:
-                matches.append(f"{rel}:{number}: {line[:SEARCH_LINE_CHARS]}")
-                if len(matches) >= SEARCH_MAX_MATCHES:
-                    matches.append(f"[stopped at {SEARCH_MAX_MATCHES} matches; use a narrower pattern, path or glob]")
-                    return "\n".join(matches)
-    note = [f"[{skipped} file(s) over {SEARCH_MAX_FILE_BYTES} bytes were not searched]"] if skipped else []
-    if not matches:
-        return "\n".join([f"no matches for {pattern!r} in {ws.relative(real)}", *note])
-    return "\n".join(matches + note)
-
-
-def _walk_files(ws: Workspace, real: Path, glob: str):
-    if real.is_file():
-        yield real
-        return
-    for top, dirs, files in os.walk(real):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
-            if glob and not fnmatch.fnmatch(name, glob):
-                continue
-            file = Path(top) / name
-            # A link to a file is searched only if its target is inside the workspace too.
-            if file.is_symlink() and not is_inside(Path(os.path.realpath(file)), ws.real_root):
-                continue
-            yield file
+def _read_lines(f, head: bytes, start_line: int, max_bytes: int) -> tuple[bytes, int, bool]:
+    """(up to ``max_bytes`` from line ``start_line`` on, the last line shown, whether it was cut) in bounded memory."""
+    line = 1  # the line the next byte of `buf` belongs to
+    buf = head
+    scanned = 0
+    while line < start_line:  # skip lines chunk by chunk: no line is ever held whole
+        at = 0
+        while line < start_line and (nl := buf.find(b"\n", at)) >= 0:
+            line += 1
+            at = nl + 1
+        if line == start_line:
+            buf = buf[at:]
+            break
+        scanned += len(buf)
+        if scanned > READ_SCAN_MAX_BYTES:
+            raise ToolInputError(f"start_line {start_line} is more than {READ_SCAN_MAX_BYTES:,} bytes into the file")
+        buf = f.read(READ_CHUNK)
+        if not buf:
+            return b"", line - 1, False
+    out = bytearray(buf[: max_bytes + 1])
+    while len(out) <= max_bytes and (more := f.read(min(READ_CHUNK, max_bytes + 1 - len(out)))):
+        out += more
+    if not out:
+        return b"", line - 1, False
+    if len(out) <= max_bytes:
+        return bytes(out), line + out.count(b"\n", 0, len(out) - 1), False
+    out = out[:max_bytes]
+    end = out.rfind(b"\n")
+    if end >= 0:  # cut after the last whole line
+        out = out[: end + 1]
+        return bytes(out), line + out.count(b"\n") - 1, True
+    return bytes(out), line, True  # one line longer than the cap: its start rather than nothing
 
 
 def write_file(ws: Workspace, path: str, content: str) -> str:
-    real = ws.write_path(path)
-    existed = real.exists()
-    write_text(real, content)
+    existed = write_text(ws, path, content)
     lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
-    return f"{'replaced' if existed else 'created'} {ws.relative(real)}: {len(content)} characters, {lines} line(s)"
+    shown = ws.relative(ws.real_root.joinpath(*ws.parts(path)))
+    return f"{'replaced' if existed else 'created'} {shown}: {len(content)} characters, {lines} line(s)"
 
 
 def edit_file(ws: Workspace, path: str, old_text: str, new_text: str) -> str:
@@ -256,7 +215,7 @@ def edit_file(ws: Workspace, path: str, old_text: str, new_text: str) -> str:
             "surrounding text so that it occurs exactly once. Nothing was changed."
         )
     at = text.index(old_text)
-    write_text(ws.write_path(path), text[:at] + new_text + text[at + len(old_text) :])
+    write_text(ws, path, text[:at] + new_text + text[at + len(old_text) :])
     line = text.count("\n", 0, at) + 1
     old_lines, new_lines = old_text.count("\n") + 1, new_text.count("\n") + 1
     return f"edited {ws.relative(real)} at line {line}: replaced {old_lines} line(s) with {new_lines}"

@@ -2,7 +2,9 @@
 
 Each call opens its own connection (:meth:`Store.open`) and closes it: tools run on the agent's
 worker thread, and a :class:`~clawdesk.store.Store` must stay on the thread that opened it. The
-SQL lives in :mod:`clawdesk.store.notes`.
+SQL lives in :mod:`clawdesk.store.notes`. ``remember`` and ``forget_note`` are ``ask`` by default:
+the model reads files and web text it does not control, and a note planted or deleted there would
+shape every later chat that recalls it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ SPECS = (
             },
             ["text"],
         ),
-        default_policy="auto",
+        default_policy="ask",
     ),
     ToolSpec(
         "recall",
@@ -47,7 +49,7 @@ SPECS = (
         "forget_note",
         "Delete one note from your long-term memory by its id (recall shows the ids).",
         object_schema({"id": {"type": "integer", "description": "the note's id"}}, ["id"]),
-        default_policy="auto",
+        default_policy="ask",
     ),
 )
 

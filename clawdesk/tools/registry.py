@@ -15,7 +15,9 @@ A *provider* is anything with ``specs()``, ``call(name, arguments, timeout)``, `
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +33,8 @@ from clawdesk.tools.types import ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
     from clawdesk.config import Config
+
+log = logging.getLogger(__name__)
 
 
 class Provider(Protocol):
@@ -120,15 +124,29 @@ class Registry:
     # -- running one call -------------------------------------------------------------------
 
     def run(self, call: ToolCall, consent: Consent, cancel: threading.Event | None = None) -> ToolResult:
-        """Run ``call`` under its policy and ``consent``; the result's content is capped and its duration set."""
+        """Run ``call`` under its policy and ``consent``; the result's content is capped and its duration set.
+
+        Never raises for a call: a tool's unexpected failure (RecursionError, MemoryError, an OSError
+        nobody foresaw, a bug) becomes an ``error`` result the model reads and the turn records, and
+        is logged with its traceback, so no tool call can end the app.
+        """
         started = time.monotonic()
-        result = self._run(call, consent, cancel)
+        try:
+            result = self._run(call, consent, cancel)
+        except Exception as exc:  # the edge between tools and the agent: converted, logged, never swallowed
+            log.exception("tool %r failed unexpectedly", getattr(call, "name", call))
+            name = call.name if isinstance(call.name, str) else str(call.name)
+            result = ToolResult(name, "error", f"{name} failed unexpectedly ({type(exc).__name__}: {exc})"[:2000])
         return ToolResult(
             call.name, result.status, cap_text(result.content, self.output_max_chars), time.monotonic() - started
         )
 
     def _run(self, call: ToolCall, consent: Consent, cancel: threading.Event | None) -> ToolResult:
         name = call.name
+        if isinstance(name, str) and has_control(name):
+            return ToolResult(
+                repr(name)[1:-1], "error", f"the tool name {name!r} holds control characters; no tool has such a name"
+            )
         entry = self._tools().get(name) if isinstance(name, str) else None
         if entry is None:
             offered = ", ".join(s.name for s in self.specs()) or "none"
@@ -140,6 +158,13 @@ class Registry:
         arguments, problem = check_arguments(spec, call.arguments)
         if problem:
             return ToolResult(name, "error", problem)
+        if bad := _controls_in(arguments):
+            return ToolResult(
+                name,
+                "error",
+                f"the argument {bad!r} of {name} holds control characters (escape codes, NUL…); only tab and line "
+                "breaks are allowed in text. Nothing was run.",
+            )
         if policy == "ask":
             decision = consent.decide(call, spec)
             if decision.verdict == "instead":
@@ -154,6 +179,12 @@ class Registry:
             return provider.call(name, arguments, None)
         except ClawDeskError as err:  # a provider's own failure (an MCP server that died), said in its words
             return ToolResult(name, "error", f"{name} failed: {err}")
+        except MemoryError:
+            return ToolResult(
+                name, "error", f"{name} ran out of memory; ask for less (a smaller file, a narrower path)"
+            )
+        except RecursionError:
+            return ToolResult(name, "error", f"{name} went too deep (nesting too deep to handle); use a narrower path")
 
 
 def check_arguments(spec: ToolSpec, arguments: Any) -> tuple[dict[str, Any], str]:
@@ -192,6 +223,33 @@ def check_arguments(spec: ToolSpec, arguments: Any) -> tuple[dict[str, Any], str
         return {}, f"bad arguments for {spec.name}: {'; '.join(problems)}. Call it as {signature(spec)}"
     # 3.0 passed the integer check; the tool gets 3.
     return {k: int(v) if isinstance(v, float) and _wants_integer(props.get(k)) else v for k, v in arguments.items()}, ""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0 and C1, but tab, LF and CR
+
+
+def has_control(text: str, *, lines_ok: bool = False) -> bool:
+    """Whether ``text`` holds a control character (with ``lines_ok``: other than tab, LF, CR)."""
+    if lines_ok:
+        return bool(_CONTROL.search(text))
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
+def _controls_in(value: Any, key: str = "") -> str | None:
+    """The name of the first argument whose text (or key) holds a control character other than tab and line breaks."""
+    if isinstance(value, str):
+        return key or "value" if has_control(value, lines_ok=True) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if has_control(str(k)):
+                return str(k)
+            if found := _controls_in(v, key or str(k)):
+                return found
+    if isinstance(value, list):
+        for v in value:
+            if found := _controls_in(v, key):
+                return found
+    return None
 
 
 def _wants_integer(prop: Any) -> bool:
@@ -245,13 +303,18 @@ def cap_text(text: str, limit: int) -> str:
 
 def build_registry(config: Config, *, workspace: Path | None = None) -> Registry:
     """The registry for ``config``: the built-ins over the workspace, then the configured MCP servers."""
+    from clawdesk.config import check_workspace
+
     tools = config.tools
+    if workspace is not None:
+        check_workspace(workspace, config.home, "--workspace")
     builtins = BuiltinTools(
         Workspace(workspace or config.workspace_dir),
         config.db_path,
         # read_file's own "read on from line N" note must fit under the output cap.
         read_max_bytes=min(tools.read_max_bytes, tools.output_max_chars - 200),
         output_max_chars=tools.output_max_chars,
+        shell_env=tools.shell_env,
     )
     providers: list[Provider] = [builtins]
     if config.mcp.servers:

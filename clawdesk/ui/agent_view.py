@@ -12,19 +12,22 @@ the app shows that chat.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual import work
 from textual.message import Message
+from textual.worker import Worker, WorkerState
 
 from clawdesk.agent import AgentEvent, StepStarted, StepText, ToolFinished, ToolStarted
+from clawdesk.errors import ClawDeskError
 from clawdesk.tools.builtins import BuiltinTools
-from clawdesk.tools.consent import Consent, Decision
+from clawdesk.tools.consent import Consent, Decision, reach
 from clawdesk.tools.format import parse_tool_calls
-from clawdesk.tools.jail import Workspace
+from clawdesk.tools.types import ToolSpec
 from clawdesk.ui.consent import STOPPED, ConsentRequest, ConsentScreen, asker
-from clawdesk.ui.messages import AgentUpdate, ConsentRequested, PendingTurn, ReplyProgress
+from clawdesk.ui.messages import AgentUpdate, ConsentRequested, PendingTurn, ReplyProgress, TurnFailed
 from clawdesk.ui.tool_widgets import CallView, ToolTrail
 
 if TYPE_CHECKING:
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from clawdesk.ui.app import ClawDeskApp
 
 NEEDS_TOOL_MODEL = "tools need Qwen3-4B"
+log = logging.getLogger(__name__)
 
 
 class AgentView:
@@ -68,12 +72,41 @@ class AgentView:
         def post(request: ConsentRequest) -> None:
             self.post_message(ConsentRequested(turn, request, step["idx"], step_text()))
 
-        consent.ask = asker(post, turn.cancel, self._workspace())
+        builtins = self._builtins()
+        workspace = builtins.workspace if builtins is not None else None
+
+        def reach_of(spec: ToolSpec) -> str:
+            root = str(workspace.root) if workspace is not None else None
+            return reach(spec, root, builtins.shell_env if builtins is not None else ())
+
+        consent.ask = asker(post, turn.cancel, workspace, reach_of)
         return on_event, consent
 
-    def _workspace(self) -> Workspace | None:
+    def _builtins(self) -> BuiltinTools | None:
         providers = self.registry.providers if self.registry is not None else []
-        return next((p.workspace for p in providers if isinstance(p, BuiltinTools)), None)
+        return next((p for p in providers if isinstance(p, BuiltinTools)), None)
+
+    # -- a worker that fails -----------------------------------------------------------------
+
+    def on_worker_state_changed(self: ClawDeskApp, event: Worker.StateChanged) -> None:
+        """A worker that raised anything (not only a ClawDeskError) fails its task, never the app.
+
+        The app's workers run with ``exit_on_error=False``; this is where their errors land. A
+        turn that failed this way ends like a refused one: its text goes back into the box.
+        """
+        worker = event.worker
+        if event.state != WorkerState.ERROR:
+            return
+        error = worker.error
+        log.error("worker %r failed", worker.name, exc_info=error)
+        text = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+        if worker.group == "turn" and self._turn is not None:
+            err = (
+                error if isinstance(error, ClawDeskError) else ClawDeskError(f"The reply failed unexpectedly ({text}).")
+            )
+            self.post_message(TurnFailed(self._turn, err))
+        else:
+            self.notify(f"{worker.name} failed unexpectedly ({text}).", severity="error")
 
     # -- UI side ---------------------------------------------------------------------------
 
@@ -138,7 +171,7 @@ class AgentView:
         else:
             self._probe_tools(self.registry)
 
-    @work(thread=True, exclusive=True, group="tools-status", name="tools status")
+    @work(thread=True, exclusive=True, group="tools-status", name="tools status", exit_on_error=False)
     def _probe_tools(self: ClawDeskApp, registry: Registry) -> None:
         """Count the tools off the UI thread: the first look starts the MCP servers (seconds)."""
         n = len(registry.specs())

@@ -340,7 +340,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         self._serve(self._turn, *self.agent_callbacks(self._turn))
         return True
 
-    @work(thread=True, exclusive=True, group="turn", name="chat turn")
+    @work(thread=True, exclusive=True, group="turn", name="chat turn", exit_on_error=False)
     def _serve(self, turn: PendingTurn, on_event, consent: Consent | None) -> None:
         """Worker thread: run the turn on a store of this thread's own (text and tool calls come as events)."""
         try:
@@ -547,7 +547,7 @@ class ClawDeskApp(AgentView, LearningActions, App[None]):
         question = f"Delete “{session.title}” and its {session.n_turns} exchange(s)? This cannot be undone."
         self.push_screen(ConfirmScreen(question), delete)
 
-    @work(thread=True, group="forget", name="delete chat")
+    @work(thread=True, group="forget", name="delete chat", exit_on_error=False)
     def _forget_chat(self, sid: int, title: str) -> None:
         """Delete a chat for good in a thread: the VACUUM rewrites the whole file, which takes a while on a big log."""
         from clawdesk.store import Store
