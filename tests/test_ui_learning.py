@@ -155,6 +155,18 @@ async def test_the_chat_judges_on_the_judge_model(engine, config, store, demo_gg
     assert spy.judge_calls == [], "the served engine judged although judge.model names another GGUF"
 
 
+async def test_a_missing_judge_model_leaves_the_chat_working_without_learning(engine, config, store, tmp_path):
+    import dataclasses
+
+    missing = tmp_path / "no-such-judge.gguf"
+    config = dataclasses.replace(config, judge=dataclasses.replace(config.judge, model=str(missing)))
+    app = LearningApp(config, engine, store)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.learning is None
+        assert any("Background learning is not running" in n and str(missing) in n for n in app.notes), app.notes
+        await send_and_wait(pilot, "Name a colour.")  # the chat itself still works
+
+
 async def test_learning_off_stops_judging_and_thumbs_override(engine, config, store):
     session_id = _history(engine, config, store, n=2)
     app = LearningApp(config, engine, store, session_id=session_id)

@@ -149,7 +149,11 @@ class ClawDeskApp(TurnFlow, AgentView, ChatActions, LearningActions, App[None]):
         if self._background_learning:
             from clawdesk.runtime import build_learning_loop
 
-            loop = build_learning_loop(self.config, self.store, self.engine, gate=self.service.gate)
+            try:  # judge.model may name a missing or broken GGUF: the chat still works without learning
+                loop = build_learning_loop(self.config, self.store, self.engine, gate=self.service.gate)
+            except ClawDeskError as err:
+                self.notify(f"Background learning is not running: {err}", severity="error", timeout=12)
+                return
             self.learning = LearningView(self, loop)
             self.learning.start()
 
