@@ -10,8 +10,6 @@ it ends). TTFT is timed from ``ChatService.run_turn`` to the first streamed text
 
 from __future__ import annotations
 
-import contextlib
-import json
 import random
 import signal
 import statistics
@@ -355,15 +353,21 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
 
 
 def _read_phases(proc: subprocess.Popen, phases: list[str], pausable: list[bool] | None = None) -> None:
+    from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, decode
+
     assert proc.stdout is not None
     for line in proc.stdout:
-        with contextlib.suppress(json.JSONDecodeError):
-            event = json.loads(line)
-            if pausable is not None and event.get("pausable"):
+        message = decode(line)  # the app's own reader of the trainer's lines (None: a stray print)
+        if message is None:
+            continue
+        if isinstance(message, TrainerStarted):
+            if pausable is not None and message.pausable:
                 pausable.append(True)
-            phase = event.get("phase", "")
-            if not phases or phases[-1] != phase:
-                phases.append(phase)
+            phase = "starting"
+        else:
+            phase = "error" if isinstance(message, TrainerFailed) else message.phase
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
 
 
 def _stop(proc: subprocess.Popen) -> None:
