@@ -131,3 +131,25 @@ def test_activate_and_rollback_hot_swap_and_answer_with_events(engine, config, s
     finally:
         loop.close()
         engine.clear_adapter()
+
+
+def test_threads_opening_their_own_connections_at_once_never_trip_over_the_write_probe(tmp_path):
+    """The loop's threads, the chat's turn worker and the UI each open a connection, often at the same moment."""
+    from clawdesk.errors import DataDirError
+    from clawdesk.store.db import ensure_dir
+
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            for _ in range(300):
+                ensure_dir(tmp_path)
+        except DataDirError as exc:  # what a clash of two probes of one name raised
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []

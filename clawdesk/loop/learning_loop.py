@@ -231,11 +231,11 @@ class LearningLoop:
             state = self._update(judging=f"turn {ev.vote.turn_id}: vote {ev.vote.done}/{ev.vote.total}")
         else:
             state = self._update(judging="", judge_ready=ev.ready, judge_waiting=ev.waiting)
+        # First the judge's own counts (a front end shows them at once), then the samples read again.
+        self._emit(JudgeProgress(state.judging, state.judge_ready, state.judge_waiting))
         if ev.kind == "judged":
             self.refresh()
             self._maybe_train()
-        else:
-            self._emit(JudgeProgress(state.judging, state.judge_ready, state.judge_waiting))
 
     # -- training -------------------------------------------------------------------------
 
