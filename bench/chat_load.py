@@ -2,7 +2,7 @@
 
 Not a section itself (no ``sec_`` prefix): :mod:`sec_chat` calls :func:`ttft_under_load`. The load is
 the app's own: the real :class:`~clawdesk.judge.service.JudgeLoop` on a backlog of unjudged turns,
-sharing the engine and the chat's gate as ``LearningController`` wires it (idle rounds: paused with
+sharing the engine and the chat's gate as :class:`~clawdesk.loop.LearningLoop` wires it (idle rounds: paused with
 the learning switch), and the real trainer process the app launches (``python -m
 clawdesk.learn.trainer`` on ready samples; idle rounds: SIGSTOP, and the thread budget cleared as when
 it ends). TTFT is timed from ``ChatService.run_turn`` to the first streamed text, in a new chat each time.
@@ -10,8 +10,6 @@ it ends). TTFT is timed from ``ChatService.run_turn`` to the first streamed text
 
 from __future__ import annotations
 
-import contextlib
-import json
 import random
 import signal
 import statistics
@@ -183,7 +181,7 @@ def _ttft_judging(engine, service, store, config, backlog_n: int, rounds: int, l
 
     _add_turns(engine, store, backlog_n + 1, judged=False)
     before = backlog(store)[0]
-    # The app's wiring (LearningController): the judge shares the engine and yields through the chat's gate.
+    # The app's wiring (LearningLoop): the judge shares the engine and yields through the chat's gate.
     judge = Judge(engine, config.judge, gate=service.gate)
     ttfts, complete, threads, votes = _judge_rounds(engine, service, store, config, judge, rounds, cold=True)
     log(
@@ -266,7 +264,7 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
         str(home),
         "--batch-size",
         str(batch),
-    ]  # fmt: skip  -- the command LearningController.maybe_train runs
+    ]  # fmt: skip  -- the command clawdesk.loop.trainer_process.trainer_command builds
     from clawdesk.learn.pause import TrainerPause
 
     phases: list[str] = []
@@ -276,7 +274,7 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
     reader = threading.Thread(target=_read_phases, args=(proc, phases, pausable), daemon=True)
     reader.start()
     threads: dict[str, list[int]] = {"idle": [], "busy": [], "busy_unpaused": []}
-    # LearningController's wiring: the budget is "busy" while the process runs, and the chat's gate
+    # LearningLoop's wiring: the budget is "busy" while the process runs, and the chat's gate
     # stops the trainer while it generates (once the trainer said it may be stopped).
     pause = TrainerPause([engine.threads])
     unlisten = service.gate.on_computing(pause.chat_computing)
@@ -355,15 +353,21 @@ def _ttft_training(engine, service, store, home: Path, rounds: int, quick: bool,
 
 
 def _read_phases(proc: subprocess.Popen, phases: list[str], pausable: list[bool] | None = None) -> None:
+    from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, decode
+
     assert proc.stdout is not None
     for line in proc.stdout:
-        with contextlib.suppress(json.JSONDecodeError):
-            event = json.loads(line)
-            if pausable is not None and event.get("pausable"):
+        message = decode(line)  # the app's own reader of the trainer's lines (None: a stray print)
+        if message is None:
+            continue
+        if isinstance(message, TrainerStarted):
+            if pausable is not None and message.pausable:
                 pausable.append(True)
-            phase = event.get("phase", "")
-            if not phases or phases[-1] != phase:
-                phases.append(phase)
+            phase = "starting"
+        else:
+            phase = "error" if isinstance(message, TrainerFailed) else message.phase
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -1,7 +1,8 @@
-"""Building the live objects from config: the store, the served model's identity, the engine.
+"""Building the live objects from config: the store, the served model's identity, the engine, the judge
+and the learning loop.
 
 ``cli.main`` calls these and passes the results down; nothing else constructs them, so every
-entry point (TUI, ``ask``, ``judge``, ``train``) serves and records the same way.
+entry point (TUI, ``ask``, ``judge``, ``train``) serves, judges and records the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from clawdesk.store import Store
 from clawdesk.store.db import ensure_dir
 
 if TYPE_CHECKING:
+    from clawdesk.engine.gate import ChatGate
     from clawdesk.judge.runner import Judge
+    from clawdesk.loop import LearningLoop
 
 
 def open_store(config: Config) -> Store:
@@ -68,3 +71,15 @@ def load_judge(config: Config, store: Store, engine: Engine, **kwargs) -> Judge:
             model, sha256=model_sha256(store, model.path), n_ctx=config.model.n_ctx, n_threads=config.model.n_threads
         )
     return Judge(judge_engine, config.judge, policy=engine, **kwargs)
+
+
+def build_learning_loop(
+    config: Config, store: Store, engine: Engine, *, gate: ChatGate, auto_train: bool = True
+) -> LearningLoop:
+    """The background learning loop for ``engine``, its judge from :func:`load_judge` (so ``judge.model``
+    is honoured) yielding to the chat through ``gate`` (the chat service's). Call ``start()`` to run it
+    and ``close()`` when done; it closes the judge's own engine, never ``engine``."""
+    from clawdesk.loop import LearningLoop
+
+    judge = load_judge(config, store, engine, gate=gate)
+    return LearningLoop(config, store.path, engine, judge, gate=gate, auto_train=auto_train)

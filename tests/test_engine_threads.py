@@ -10,17 +10,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams
+from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.threads import all_threads, default_threads
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.vote import NextState
 from clawdesk.models import DEMO_NAME, resolve_model
-from clawdesk.ui.learning import LearningController
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=8)
 
@@ -150,41 +151,14 @@ def test_a_judge_on_another_engine_marks_the_served_engine_busy_only_while_it_co
     assert seen and not any(seen)
 
 
-class _Bar:
-    def set_field(self, *args, **kwargs) -> None: ...
-
-    def remove_field(self, *args, **kwargs) -> None: ...
-
-
-class _App:
-    """What LearningController uses of the app: workers are plain threads, and their calls back
-    to the UI thread are queued for the test's thread to run (the store belongs to it)."""
-
-    def __init__(self, config, store, engine):
-        self.config, self.store, self.engine = config, store, engine
-        self.status_bar = _Bar()
-        self.notes: list[str] = []
-        self.workers: list[threading.Thread] = []
-        self.ui_calls: list[tuple] = []
-
-    def notify(self, message, **kwargs) -> None:
-        self.notes.append(str(message))
-
-    def call_from_thread(self, fn, *args, **kwargs) -> None:
-        self.ui_calls.append((fn, args, kwargs))
-
-    def run_worker(self, fn, **kwargs) -> None:
-        t = threading.Thread(target=fn, daemon=True)
-        self.workers.append(t)
-        t.start()
-
-
-def stand_in_trainer(monkeypatch, release: Path, *, first: dict | None = None) -> None:
-    """The app's trainer launch runs a stand-in: it prints ``first`` (if given), waits for ``release``
-    to exist, then prints the last progress line and exits."""
+def stand_in_trainer(monkeypatch, release: Path, *, first: dict | None = None) -> Path:
+    """The loop's trainer launch runs a stand-in: it writes its pid to the returned file, prints ``first``
+    (if given), waits for ``release`` to exist, then prints the last progress line and exits."""
     real_popen = subprocess.Popen
+    pid_file = release.with_name(release.name + ".pid")
     stand_in = (
         "import json, os, time\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
         f"if {first!r}:\n"
         f"    print(json.dumps({first!r}), flush=True)\n"
         f"while not os.path.exists({str(release)!r}):\n"
@@ -192,30 +166,56 @@ def stand_in_trainer(monkeypatch, release: Path, *, first: dict | None = None) -
         'print(json.dumps({"phase": "done"}), flush=True)\n'
     )
     monkeypatch.setattr(
-        "clawdesk.ui.learning.subprocess.Popen",
+        "clawdesk.loop.trainer_process.subprocess.Popen",
         lambda cmd, **kwargs: real_popen([sys.executable, "-c", stand_in], **kwargs),
     )
+    return pid_file
 
 
-def test_the_learning_controller_marks_the_engine_busy_while_the_trainer_process_runs(
+def loop_with_a_ready_sample(config, engine, gate: ChatGate | None = None):
+    """A real :class:`LearningLoop` on a log holding one judged, trainable turn of ``engine``'s model."""
+    from clawdesk.loop import LearningLoop
+    from clawdesk.testing.judged_log import fill_judged
+
+    gate = gate or ChatGate()
+    fill_judged(config.db_path, 1, seed=0, vocab=100, sha=engine.identity.sha256, rewards=(1,))
+    loop = LearningLoop(config, config.db_path, engine, Judge(engine, config.judge, gate=gate), gate=gate)
+    loop.refresh()
+    assert loop.state.ready_samples == 1
+    return loop
+
+
+def wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_the_learning_loop_marks_the_engine_busy_while_the_trainer_process_runs(
     config, store, engine, monkeypatch, tmp_path
 ):
+    from clawdesk.loop import TrainingFailed, TrainingFinished, TrainingStarted
+
     release = tmp_path / "release"
     stand_in_trainer(monkeypatch, release)
-    app = _App(config, store, engine)
-    controller = LearningController(app, judge=Judge(engine, config.judge))
-    controller.state.ready_samples = 1
-    assert not engine.threads.busy
-    assert controller.maybe_train(force=True)
-    assert engine.threads.busy  # from the launch on, before the process says anything
-    release.touch()
-    for worker in app.workers:
-        worker.join(timeout=60)
-    assert not any(w.is_alive() for w in app.workers)
-    assert not engine.threads.busy  # as soon as the process has exited
-    for fn, args, kwargs in app.ui_calls:
-        fn(*args, **kwargs)
-    assert not controller.state.running and not app.notes, app.notes
+    loop = loop_with_a_ready_sample(config, engine)
+    events: list = []
+    loop.subscribe(events.append)
+    try:
+        assert not engine.threads.busy
+        assert loop.train_now()
+        assert engine.threads.busy  # from the launch on, before the process says anything
+        assert loop.state.running
+        release.touch()
+        wait_for(lambda: not loop.state.running, "the trainer to end")
+        assert not engine.threads.busy  # as soon as the process has exited
+        wait_for(lambda: any(isinstance(e, TrainingFinished) for e in events), "the finished event")
+    finally:
+        loop.close()
+    assert isinstance(events[0], TrainingStarted) and events[0].batch == 1
+    assert not any(isinstance(e, TrainingFailed) for e in events), events
+    assert next(e for e in events if isinstance(e, TrainingFinished)).versions == ()
 
 
 def test_clawdesk_ask_has_no_background_work(auto_engine):

@@ -22,8 +22,9 @@ from clawdesk.gguf.lora import read_gguf_lora_info
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
 from clawdesk.learn.learner import Learner, micro_batches, reply_logprobs
+from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, TrainProgress, decode
 from clawdesk.learn.samples import Sample, count_ready, ready_samples
-from clawdesk.learn.trainer import TrainProgress, train
+from clawdesk.learn.trainer import train
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.judgments import Judgment, save_judgment
 from clawdesk.testing.judged_log import fill_judged
@@ -352,6 +353,10 @@ def test_subprocess_prints_json_progress_lines(tiny_gguf, home, tmp_path):
     assert lines[0]["phase"] == "loading" and lines[-1]["phase"] == "done"
     assert any(line["phase"] == "step" and "loss" in line["metrics"] for line in lines)
     assert {line["steps"] for line in lines} == {2}
+    # The loop reads the same lines through the typed protocol.
+    messages = [decode(line) for line in proc.stdout.splitlines()]
+    assert messages[0] == TrainerStarted(sys.platform.startswith("linux"))
+    assert all(isinstance(m, TrainProgress) for m in messages[1:]) and messages[-1].phase == "done"
     store = Store.open(home["db"])
     try:
         assert [v.version for v in versions.list_versions(store)] == [1, 2] and count_ready(store, SHA) == 1
@@ -368,6 +373,7 @@ def test_subprocess_reports_errors_as_json(home, tmp_path):
     assert proc.returncode == 1
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["phase"] == "error" and line["kind"] == "TrainError" and "missing.gguf" in line["error"]
+    assert decode(proc.stdout.strip().splitlines()[-1]) == TrainerFailed(line["error"], "TrainError")
 
 
 @pytest.mark.slow

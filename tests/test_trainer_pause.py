@@ -150,66 +150,57 @@ def test_a_trainer_stopped_by_an_app_that_dies_is_continued_by_the_kernel(tmp_pa
         release.touch()  # the orphan ends by itself
 
 
-def test_the_learning_controller_stops_the_trainer_while_the_chat_generates(
-    config, store, engine, monkeypatch, tmp_path
-):
-    from test_engine_threads import _App, stand_in_trainer
+def test_the_learning_loop_stops_the_trainer_while_the_chat_generates(config, store, engine, monkeypatch, tmp_path):
+    from test_engine_threads import loop_with_a_ready_sample, stand_in_trainer, wait_for
 
-    from clawdesk.judge.runner import Judge
-    from clawdesk.ui.learning import LearningController
+    from clawdesk.loop import TrainingFailed, TrainingFinished, TrainingProgress
 
     release = tmp_path / "release"
-    stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": True})
-    app = _App(config, store, engine)
+    pid_file = stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": True})
     gate = ChatGate()
-    controller = LearningController(app, judge=Judge(engine, config.judge, gate=gate))
-    controller.state.ready_samples = 1
-    assert controller.maybe_train(force=True)
-    pid = controller._proc.pid
-    deadline = time.monotonic() + 30
-    while not controller.pause._armed:  # the watcher read the first line
-        assert time.monotonic() < deadline, "the stand-in's first line never arrived"
-        time.sleep(0.01)
-    with gate.computing():
-        assert _wait_state(pid, {"T"}) == "T"
-    assert _wait_state(pid, {"R", "S"}) in {"R", "S"}
-    release.touch()
-    for worker in app.workers:
-        worker.join(timeout=60)
-    for fn, args, kwargs in app.ui_calls:
-        fn(*args, **kwargs)
-    controller.close()
-    assert not engine.threads.busy and not app.notes, app.notes
-    assert not controller.state.running
+    loop = loop_with_a_ready_sample(config, engine, gate)
+    events: list = []
+    loop.subscribe(events.append)
+    try:
+        assert loop.train_now()
+        # The loop arms the pause before it reports the first line.
+        wait_for(lambda: any(isinstance(e, TrainingProgress) for e in events), "the stand-in's first line", 30)
+        pid = int(pid_file.read_text())
+        with gate.computing():
+            assert _wait_state(pid, {"T"}) == "T"
+        assert _wait_state(pid, {"R", "S"}) in {"R", "S"}
+        release.touch()
+        wait_for(lambda: any(isinstance(e, TrainingFinished) for e in events), "the trainer to end")
+    finally:
+        loop.close()
+    assert not engine.threads.busy
+    assert not loop.state.running
+    assert not any(isinstance(e, TrainingFailed) for e in events), events
 
 
 def test_a_trainer_whose_first_line_says_not_pausable_is_never_stopped(config, store, engine, monkeypatch, tmp_path):
     """``pausable: false``: the trainer could not set its death signal, so stopping it could strand it."""
-    from test_engine_threads import _App, stand_in_trainer
+    from test_engine_threads import loop_with_a_ready_sample, stand_in_trainer, wait_for
 
-    from clawdesk.judge.runner import Judge
-    from clawdesk.ui.learning import LearningController
+    from clawdesk.loop.events import TrainingFailed, TrainingFinished, TrainingProgress
 
     release = tmp_path / "release"
-    stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": False})
-    app = _App(config, store, engine)
+    pid_file = stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": False})
     gate = ChatGate()
-    controller = LearningController(app, judge=Judge(engine, config.judge, gate=gate))
-    controller.state.ready_samples = 1
-    assert controller.maybe_train(force=True)
-    pid = controller._proc.pid
-    deadline = time.monotonic() + 30
-    while not any(args and args[0].get("phase") == "starting" for _, args, _ in app.ui_calls):
-        assert time.monotonic() < deadline, "the stand-in's first line never arrived"
-        time.sleep(0.01)
-    with gate.computing():
-        assert _wait_state(pid, {"T"}, timeout=0.5) != "T"
-        assert not controller.pause.stopped
-    assert controller.pause.pauses == 0
-    release.touch()
-    for worker in app.workers:
-        worker.join(timeout=60)
-    for fn, args, kwargs in app.ui_calls:
-        fn(*args, **kwargs)
-    controller.close()
-    assert not controller.state.running and not app.notes, app.notes
+    loop = loop_with_a_ready_sample(config, engine, gate)
+    events: list = []
+    loop.subscribe(events.append)
+    try:
+        assert loop.train_now()
+        wait_for(lambda: any(isinstance(e, TrainingProgress) for e in events), "the stand-in's first line", 30)
+        pid = int(pid_file.read_text())
+        with gate.computing():
+            assert _wait_state(pid, {"T"}, timeout=0.5) != "T"
+            assert not loop.pause.stopped
+        assert loop.pause.pauses == 0
+        release.touch()
+        wait_for(lambda: any(isinstance(e, TrainingFinished) for e in events), "the trainer to end")
+    finally:
+        loop.close()
+    assert not loop.state.running
+    assert not any(isinstance(e, TrainingFailed) for e in events), events

@@ -135,6 +135,38 @@ async def test_chat_reply_starts_while_judging_pauses(engine, config, store):
     assert len(list_judged(store)) == 3
 
 
+async def test_the_chat_judges_on_the_judge_model(engine, config, store, demo_gguf):
+    """``judge.model`` is honoured in the chat: the background judge runs on that GGUF, never on the served engine."""
+    import dataclasses
+
+    config = dataclasses.replace(config, judge=dataclasses.replace(config.judge, model=str(demo_gguf)))
+    session_id = _history(engine, config, store, n=2)
+    spy = GenerateSpy(engine)  # counts judge calls (adapter off) on the served engine
+    app = LearningApp(config, engine, store, session_id=session_id)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            judge_engine = app.learning.loop.judge.engine
+            assert judge_engine is not engine and judge_engine.identity.path == demo_gguf.resolve()
+            assert app.learning.loop.judge.policy is engine  # the teacher prompt is still the served model's
+            await wait_until(pilot, lambda: backlog(app.store)[0] == 0, "the backlog to be judged", timeout=300)
+    finally:
+        spy.close()
+    assert len(list_judged(store)) == 1
+    assert spy.judge_calls == [], "the served engine judged although judge.model names another GGUF"
+
+
+async def test_a_missing_judge_model_leaves_the_chat_working_without_learning(engine, config, store, tmp_path):
+    import dataclasses
+
+    missing = tmp_path / "no-such-judge.gguf"
+    config = dataclasses.replace(config, judge=dataclasses.replace(config.judge, model=str(missing)))
+    app = LearningApp(config, engine, store)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.learning is None
+        assert any("Background learning is not running" in n and str(missing) in n for n in app.notes), app.notes
+        await send_and_wait(pilot, "Name a colour.")  # the chat itself still works
+
+
 async def test_learning_off_stops_judging_and_thumbs_override(engine, config, store):
     session_id = _history(engine, config, store, n=2)
     app = LearningApp(config, engine, store, session_id=session_id)
@@ -142,11 +174,11 @@ async def test_learning_off_stops_judging_and_thumbs_override(engine, config, st
         await pilot.press("ctrl+l")  # OFF
         await pilot.pause()
         assert store.learning_enabled is False
-        assert app.learning.judge.stop.is_set()
+        assert app.learning.loop.judge.stop.is_set()
         assert "judge" not in app.status_bar.plain
         time.sleep(0.5)
         assert list_judged(store) == []  # nothing judged while OFF
-        assert app.learning.maybe_train(force=True) is False  # OFF: no training starts either
+        assert app.learning.loop.train_now() is False  # OFF: no training starts either
         await pilot.press("f4")  # thumbs down for the last reply
         await pilot.pause()
         row = store.db.execute("select rating from feedback").fetchone()
@@ -198,7 +230,7 @@ async def test_hot_swap_during_a_chat(engine, config, store, tmp_path):
             app.chat_input.text = "Tell me a story about a lighthouse."
             await pilot.press("enter")
             await wait_until(pilot, started.is_set, "the reply to start")
-            app.learning.swap("activate", 1)
+            app.learning.loop.activate(1)
             await wait_until(pilot, lambda: len(app.recorded) == 1, "the reply to finish")
             await wait_until(pilot, lambda: engine.adapter_version == 1, "the swap")
             del engine.generate
@@ -240,7 +272,7 @@ async def test_end_to_end_judge_train_and_hot_swap(engine, config, store):
     app = LearningApp(config, real, store, session_id=session_id)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.learning.state.running, "training to start", timeout=300)
+            await wait_until(pilot, lambda: app.learning.loop.state.running, "training to start", timeout=300)
             await wait_until(pilot, lambda: real.adapter_version == 1, "v1 to be trained and served", timeout=600)
             await pilot.pause()
             assert "v1" in app.status_bar.plain

@@ -4,12 +4,23 @@ One interaction is a new chat session (one session per task, as in the paper): t
 training prompt → the served reply (sampled, adapter on, exactly as the chat serves it) → the
 simulated user's satisfied/unsatisfied message, recorded as the next turn (its own reply is not
 generated: it is the next state and nothing more). Every ``train_every`` interactions the pending
-turns are judged (``self``: the app's judge; ``oracle``: reward from the persona's checks, hint from
-``feedback.hint``), the app's trainer makes as many versions as full batches are ready, and the
-newest ready version is hot-swapped in with the app's own :class:`~clawdesk.reload.AdapterSwitch`.
+turns are judged (``self``: the app's judge, from ``runtime.load_judge``; ``oracle``: reward from the
+persona's checks, hint from ``feedback.hint``), the app's trainer makes as many versions as full
+batches are ready, and the newest ready version is hot-swapped in with the app's own
+:class:`~clawdesk.reload.AdapterSwitch`.
 
 The base model for training is loaded once per run (a :class:`~clawdesk.learn.learner.Learner`
 kept across steps). Everything lives in a fresh data dir under the output dir, never the user's.
+
+Why this does not drive :class:`clawdesk.loop.LearningLoop` (the chat's loop): its numbers must be
+reproducible and comparable across methods, and the loop would change them. The eval judges
+synchronously at fixed points (every ``train_every`` interactions), replaces the judge's output before
+it is saved (oracle, shuffled, OPD-only), and trains in this process with one seeded ``Learner`` kept
+across steps (its AdamW moments and LoRA init carry over) on every core. The loop judges in the
+background as turns arrive (which turns a step sees depends on timing), saves judgments as they are,
+and trains one step per ``python -m clawdesk.learn.trainer`` launch, which reloads the base, restarts the
+optimizer from the saved adapter, is unseeded and niced to half the cores. What the two share are the
+steps themselves: ``runtime.load_judge``, ``Judge.judge``, ``learn.trainer.train`` and ``AdapterSwitch``.
 
 Methods: ``combined`` (the app), ``binary`` (w_opd = 0), ``opd`` (w_binary = 0, hinted samples
 only), ``off`` (no training), ``shuffled`` (combined on the oracle's rewards and hints permuted
@@ -115,14 +126,17 @@ class Experiment:
     def run(self) -> dict[str, Any]:
         from clawdesk.chat import ChatService
         from clawdesk.reload import AdapterSwitch
-        from clawdesk.runtime import load_engine, open_store
+        from clawdesk.runtime import load_engine, load_judge, open_store
 
         opts, persona = self.options, self.persona
         started = time.monotonic()
         cfg = self._run_config()
         store = open_store(cfg)
         engine = load_engine(cfg, store, self.model_spec)
+        judge = None
         try:
+            if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
+                judge = load_judge(cfg, store, engine)
             service = ChatService(engine, cfg.chat)
             scorer = Scorer(engine, persona, cfg.chat.system_prompt, opts.max_reply_tokens)
             switch = AdapterSwitch(engine, store)
@@ -137,7 +151,7 @@ class Experiment:
                 self._emit("interact", i + 1, opts.interactions, persona.prompts[i % len(persona.prompts)])
                 if (i + 1) % opts.train_every and i + 1 < opts.interactions:
                     continue
-                self._judge_pending(store, engine, cfg)
+                self._judge_pending(store, engine, judge)
                 if opts.method == "off":
                     continue
                 t0 = time.monotonic()
@@ -158,6 +172,8 @@ class Experiment:
                 ppl_curve.append([i + 1, self._ppl_ratio(learner, engine, cfg)["ppl_ratio"]])
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
         finally:
+            if judge is not None and judge.engine is not engine:
+                judge.engine.close()
             engine.close()
             store.close()
         values = [s for _, s in scores]
@@ -231,26 +247,20 @@ class Experiment:
 
     # -- judging -----------------------------------------------------------------------------
 
-    def _judge_pending(self, store, engine, cfg: Config) -> None:
-        from clawdesk.runtime import load_judge
+    def _judge_pending(self, store, engine, judge) -> None:
+        """Judge what is pending with ``judge`` (the app's self-judge), or with the oracle when it is None."""
         from clawdesk.store.judgments import pending_turns, save_judgment
 
         pending = pending_turns(store)
         by_id = {t.turn_id: t for t in self._turns}
-        # The app's judge, judge.model included (a judge GGUF of its own is closed after this batch).
-        judge = load_judge(cfg, store, engine) if self.options.effective_judge == "self" else None
         judgments = []
-        try:
-            for k, p in enumerate(pending):
-                self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
-                truth = by_id[p.turn.id].satisfied
-                j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
-                if judge is not None:
-                    self._count_agreement(j, truth)
-                judgments.append(j)
-        finally:
-            if judge is not None and judge.engine is not engine:
-                judge.engine.close()
+        for k, p in enumerate(pending):
+            self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
+            truth = by_id[p.turn.id].satisfied
+            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
+            if judge is not None:
+                self._count_agreement(j, truth)
+            judgments.append(j)
         if self.options.method == "shuffled":
             judgments = self._shuffle(store, engine, pending, judgments)
         for j in judgments:

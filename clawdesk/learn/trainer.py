@@ -1,8 +1,8 @@
 """The on-device learner: LoRA steps on judged turns, one adapter version per step, validated before use.
 
-One run (:func:`train`, or ``python -m clawdesk.learn.trainer`` as the separate process the TUI
-starts) loads the base weights once, continues from the newest ready adapter of that base (or a fresh
-LoRA), and then, for every full batch of ``train.batch_size`` ready samples:
+One run (:func:`train`, or ``python -m clawdesk.learn.trainer`` as the separate process that
+:mod:`clawdesk.loop` starts) loads the base weights once, continues from the newest ready adapter of
+that base (or a fresh LoRA), and then, for every full batch of ``train.batch_size`` ready samples:
 
 1. *scoring* — with the adapter disabled (``PeftModel.disable_adapter()``, the very same weights the
    served GGUF holds), the reference log-probs of each reply given its prompt and the teacher
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -37,6 +36,7 @@ from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
 from clawdesk.learn.learner import Learner, Stopped
 from clawdesk.learn.pause import continue_if_parent_dies
+from clawdesk.learn.protocol import TrainerFailed, TrainerMessage, TrainerStarted, TrainProgress, encode
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
 from clawdesk.store.log import Store, now_iso
 
@@ -44,17 +44,6 @@ HELDOUT_N = 8  # earlier replies scored before/after each step to catch a collap
 # Learning-rate scales a step is tried at until it passes the general-ability guard (see _Run.guarded_step).
 GUARD_LR_SCALES = (1.0, 0.5, 0.25)
 PHASES = ("loading", "scoring", "step", "writing", "validating", "done", "skipped")
-
-
-@dataclass(frozen=True)
-class TrainProgress:
-    """One progress report; the subprocess prints each as a JSON line."""
-
-    phase: str  # one of PHASES
-    step: int  # 1-based step of this run (0 while loading / when skipped)
-    steps: int  # steps this run intends to make
-    message: str
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -360,12 +349,12 @@ def load_learner(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m clawdesk.learn.trainer``: one JSON object per line on stdout per progress, exit 0 on success.
+    """``python -m clawdesk.learn.trainer``: one protocol line on stdout per progress, exit 0 on success.
 
-    The first line is ``{"phase": "starting", "pausable": <bool>}``; each later line is a
-    :class:`TrainProgress` as a dict. A :class:`ClawDeskError` ends the run with the
-    line ``{"phase": "error", "error": <message>, "kind": <class name>}`` and exit code 1. SIGTERM
-    stops cleanly at the next micro-batch (the step in progress is dropped).
+    The lines are :mod:`clawdesk.learn.protocol`'s: first :class:`TrainerStarted`, then a
+    :class:`TrainProgress` per report; a :class:`ClawDeskError` ends the run with a
+    :class:`TrainerFailed` line and exit code 1. SIGTERM stops cleanly at the next micro-batch (the
+    step in progress is dropped).
     """
     if hasattr(os, "nice"):
         os.nice(10)  # the chat in the other process comes first
@@ -383,23 +372,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # library chatter must not break the JSON-lines protocol on the real stdout
 
-    def emit(progress: TrainProgress) -> None:
-        out.write(json.dumps(dataclasses.asdict(progress)) + "\n")
+    def emit(message: TrainerMessage) -> None:
+        out.write(encode(message))
         out.flush()
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # finish cleanly at the next micro-batch
     # First line: whether the app may stop this process while it serves a reply (clawdesk.learn.pause).
-    out.write(json.dumps({"phase": "starting", "pausable": continue_if_parent_dies()}) + "\n")
-    out.flush()
+    emit(TrainerStarted(continue_if_parent_dies()))
     try:
         config, system_prompt = _run_config(args.config_home, args.batch_size)
         _limit_threads()
         train(args.db, args.adapters, args.base, args.base_name, args.base_sha, config,
               steps=args.steps, on_progress=emit, stop=stop, system_prompt=system_prompt)  # fmt: skip
     except ClawDeskError as err:
-        out.write(json.dumps({"phase": "error", "error": str(err), "kind": type(err).__name__}) + "\n")
-        out.flush()
+        emit(TrainerFailed(str(err), type(err).__name__))
         return 1
     finally:
         sys.stdout = out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,9 @@ def ensure_dir(path: Path, what: str = "data directory", fix: str = DATA_DIR_FIX
     """Create ``path`` (mode 0700) and prove it is writable, or raise :class:`DataDirError` ending in ``fix``."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = path / f".clawdesk-write-test-{os.getpid()}"  # per process: two starting at once share the dir
+        # Per process and thread: two processes, or two threads opening their own connections (the chat's
+        # turn worker, the learning loop's threads), may probe the same dir at once.
+        probe = path / f".clawdesk-write-test-{os.getpid()}-{threading.get_ident()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

@@ -32,7 +32,6 @@ from clawdesk.ui.tool_widgets import CallView, ToolTrail
 
 if TYPE_CHECKING:
     from clawdesk.tools.registry import Registry
-    from clawdesk.ui.app import ClawDeskApp
 
 NEEDS_TOOL_MODEL = "tools need Qwen3-4B"
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ class AgentView:
 
     # -- worker side (runs on the turn's thread) -------------------------------------------
 
-    def agent_callbacks(self: ClawDeskApp, turn: PendingTurn) -> tuple[Callable[[AgentEvent], None], Consent | None]:
+    def agent_callbacks(self, turn: PendingTurn) -> tuple[Callable[[AgentEvent], None], Consent | None]:
         """``(on_event, consent)`` for one turn's ``run_turn``; called on the UI thread, used on the worker's."""
         step = {"idx": 0, "raw": ""}  # the step being served and its raw text so far (worker thread only)
 
@@ -88,7 +87,7 @@ class AgentView:
 
     # -- a worker that fails -----------------------------------------------------------------
 
-    def on_worker_state_changed(self: ClawDeskApp, event: Worker.StateChanged) -> None:
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A worker that raised anything (not only a ClawDeskError) fails its task, never the app.
 
         The app's workers run with ``exit_on_error=False``; this is where their errors land. A
@@ -110,14 +109,14 @@ class AgentView:
 
     # -- UI side ---------------------------------------------------------------------------
 
-    async def _trail(self: ClawDeskApp, turn: PendingTurn) -> ToolTrail:
+    async def _trail(self, turn: PendingTurn) -> ToolTrail:
         """The reply's tool trail, mounted above its answer on first use."""
         if turn.trail is None:
             turn.trail = ToolTrail()
             await turn.assistant.mount(turn.trail, before=turn.assistant.answer)
         return turn.trail
 
-    async def on_agent_update(self: ClawDeskApp, message: AgentUpdate) -> None:
+    async def on_agent_update(self, message: AgentUpdate) -> None:
         turn, event = message.turn, message.event
         if turn is not self._turn:
             return  # a late message of a turn that already ended
@@ -141,7 +140,7 @@ class AgentView:
             await trail.finish_call(event.idx, event.call_idx, call)
         self._follow_end()
 
-    async def on_consent_requested(self: ClawDeskApp, message: ConsentRequested) -> None:
+    async def on_consent_requested(self, message: ConsentRequested) -> None:
         turn, request = message.turn, message.request
         if turn is not self._turn or turn.cancel.is_set():
             request.answer(STOPPED)
@@ -162,7 +161,7 @@ class AgentView:
 
     # -- status ----------------------------------------------------------------------------
 
-    def refresh_tools_status(self: ClawDeskApp) -> None:
+    def refresh_tools_status(self) -> None:
         """The status bar's tools field: the tool count (and failed MCP servers), or why there are none."""
         if self.registry is None or not self.config.tools.enabled:
             self.status_bar.remove_field("tools")
@@ -172,7 +171,7 @@ class AgentView:
             self._probe_tools(self.registry)
 
     @work(thread=True, exclusive=True, group="tools-status", name="tools status", exit_on_error=False)
-    def _probe_tools(self: ClawDeskApp, registry: Registry) -> None:
+    def _probe_tools(self, registry: Registry) -> None:
         """Count the tools off the UI thread: the first look starts the MCP servers (seconds)."""
         n = len(registry.specs())
         failed = [s.name for s in registry.states() if s.state == "failed"]
@@ -182,7 +181,7 @@ class AgentView:
         # A message, not call_from_thread: that would block for ever if the app quit meanwhile.
         self.post_message(ToolsProbed(text, "$text-warning" if failed else ""))
 
-    def on_tools_probed(self: ClawDeskApp, message: ToolsProbed) -> None:
+    def on_tools_probed(self, message: ToolsProbed) -> None:
         self.status_bar.set_field("tools", message.text, message.style)
 
 

@@ -1,25 +1,22 @@
 """The learning screens: "What I learned" (judged turns) and the learning dashboard (training).
 
-Both read the main-thread store and the :class:`~clawdesk.ui.learning.LearningController`'s
-state; changes (veto, thumbs, adapter choice) go through the store or the controller, never
-straight to the engine.
+Both read the main-thread store and the learning loop's state (:class:`~clawdesk.loop.LoopState`,
+through the app's :class:`~clawdesk.ui.learning.LearningView`); changes (veto, thumbs, adapter
+choice) go through the store or the loop, never straight to the engine.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Sparkline, Static
 
+from clawdesk.loop import LoopState
 from clawdesk.store.forget import trained_on
 from clawdesk.store.judgments import forget, list_judged, set_rating, set_veto
+from clawdesk.ui.learning import LearningView
 from clawdesk.ui.tool_widgets import step_lines
-
-if TYPE_CHECKING:
-    from clawdesk.ui.learning import LearningController, TrainingState
 
 REWARD = {1: "+1", -1: "−1", 0: " 0", None: " ·"}
 
@@ -40,9 +37,9 @@ class LearnedScreen(Screen[None]):
         Binding("minus", "rate(-1)", "👎"),
     ]
 
-    def __init__(self, controller: LearningController) -> None:
+    def __init__(self, view: LearningView) -> None:
         super().__init__()
-        self.controller = controller
+        self.view = view
         self._ids: list[int] = []
 
     def compose(self):
@@ -103,7 +100,7 @@ class LearnedScreen(Screen[None]):
         vetoed = next(r.vetoed for r in list_judged(self.app.store) if r.turn_id == turn_id)
         set_veto(self.app.store, turn_id, not vetoed)
         self.reload()
-        self.controller.refresh()
+        self.view.loop.refresh()
 
     def action_delete(self) -> None:
         """Forget what was learned from this turn: its judgment goes, and it is vetoed for good.
@@ -116,7 +113,7 @@ class LearnedScreen(Screen[None]):
             return
         forget(self.app.store, turn_id)
         self.reload()
-        self.controller.refresh()
+        self.view.loop.refresh()
         versions = ", ".join(f"v{v}" for v in trained_on(self.app.store, [turn_id]))
         self.notify(
             f"Turn {turn_id}: its judgment is forgotten and it will never be trained on. The message stays in "
@@ -129,7 +126,7 @@ class LearnedScreen(Screen[None]):
         if turn_id is not None:
             set_rating(self.app.store, turn_id, rating)
             self.reload()
-            self.controller.refresh()
+            self.view.loop.refresh()
 
     def action_close(self) -> None:
         self.dismiss()
@@ -146,9 +143,9 @@ class LearningScreen(Screen[None]):
         Binding("o", "off", "Base model"),
     ]
 
-    def __init__(self, controller: LearningController) -> None:
+    def __init__(self, view: LearningView) -> None:
         super().__init__()
-        self.controller = controller
+        self.view = view
 
     def compose(self):
         yield Header()
@@ -168,14 +165,14 @@ class LearningScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#versions", DataTable)
         table.add_columns("", "version", "status", "samples", "loss", "reward", "clip", "kl", "created", "note")
-        self.controller.listeners.append(self.update_state)
+        self.view.listeners.append(self.update_state)
         self.reload()
-        self.update_state(self.controller.state)
+        self.update_state(self.view.loop.state)
         table.focus()
 
     def on_unmount(self) -> None:
-        if self.update_state in self.controller.listeners:
-            self.controller.listeners.remove(self.update_state)
+        if self.update_state in self.view.listeners:
+            self.view.listeners.remove(self.update_state)
 
     def reload(self) -> None:
         from clawdesk.learn.versions import list_versions
@@ -201,7 +198,7 @@ class LearningScreen(Screen[None]):
             self.query_one("#loss-label", Label).update(f"loss per version (last {losses[-1]:.4f})")
             self.query_one("#reward-label", Label).update(f"mean reward per version (last {rewards[-1]:+.2f})")
 
-    def update_state(self, s: TrainingState) -> None:
+    def update_state(self, s: LoopState) -> None:
         learning = "ON" if self.app.store.learning_enabled else "OFF"
         lines = [
             f"Learning {learning} · serving {self._serving()} · judge: {s.judge_ready} ready, "
@@ -226,8 +223,8 @@ class LearningScreen(Screen[None]):
             self.reload()
 
     def _serving(self) -> str:
-        v = self.app.engine.adapter_version
-        return f"v{v}" if v is not None else "base model"
+        label = self.view.loop.serving()
+        return "base model" if label == "base" else label
 
     def _selected(self) -> int | None:
         table = self.query_one("#versions", DataTable)
@@ -236,19 +233,19 @@ class LearningScreen(Screen[None]):
         return int(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
 
     def action_train(self) -> None:
-        if not self.controller.maybe_train(force=True):
+        if not self.view.loop.train_now():
             self.notify("Training did not start: learning is OFF, a step is running, or nothing is judged yet.")
 
     def action_use(self) -> None:
         n = self._selected()
         if n is not None:
-            self.controller.swap("activate", n)
+            self.view.loop.activate(n)
 
     def action_rollback(self) -> None:
-        self.controller.swap("rollback")
+        self.view.loop.rollback()
 
     def action_off(self) -> None:
-        self.controller.swap("activate", None)
+        self.view.loop.activate(None)
 
     def action_close(self) -> None:
         self.dismiss()
@@ -257,7 +254,7 @@ class LearningScreen(Screen[None]):
 _PHASES = ("starting", "loading", "scoring", "step", "writing", "validating", "done")
 
 
-def _phase_progress(s: TrainingState) -> int:
+def _phase_progress(s: LoopState) -> int:
     """Progress units: 4 per step, spread over the phases of a step."""
     base = max(0, s.step - 1) * 4 if s.phase != "done" else max(1, s.steps) * 4
     within = {"loading": 0, "scoring": 1, "step": 2, "writing": 3, "validating": 3}.get(s.phase, 0)

@@ -1,0 +1,44 @@
+"""The headless learning loop: background judging, training and hot-swapping, below every front end.
+
+Build one with :func:`clawdesk.runtime.build_learning_loop`; subscribe to its events
+(:mod:`clawdesk.loop.events`) and read :attr:`LearningLoop.state`. The TUI
+(:mod:`clawdesk.ui.learning`) only renders them. Nothing here imports textual.
+"""
+
+from clawdesk.loop.events import (
+    JudgeProgress,
+    JudgeStopped,
+    LearningToggled,
+    LoopEvent,
+    LoopState,
+    SamplesReady,
+    ServingProblem,
+    SwapFailed,
+    TrainingFailed,
+    TrainingFinished,
+    TrainingProgress,
+    TrainingSkipped,
+    TrainingStarted,
+    VersionRejected,
+    VersionServed,
+)
+from clawdesk.loop.learning_loop import LearningLoop
+
+__all__ = [
+    "JudgeProgress",
+    "JudgeStopped",
+    "LearningLoop",
+    "LearningToggled",
+    "LoopEvent",
+    "LoopState",
+    "SamplesReady",
+    "ServingProblem",
+    "SwapFailed",
+    "TrainingFailed",
+    "TrainingFinished",
+    "TrainingProgress",
+    "TrainingSkipped",
+    "TrainingStarted",
+    "VersionRejected",
+    "VersionServed",
+]

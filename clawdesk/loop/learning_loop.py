@@ -1,0 +1,353 @@
+"""The learning loop: judge worker → sample readiness → trainer process → validation → hot-swap.
+
+:class:`LearningLoop` is built by :func:`clawdesk.runtime.build_learning_loop` and runs below any
+front end (the TUI renders its events; a headless server can drive it the same way). Its blocking
+work runs on threads of its own, each with its own database connection:
+
+- the judge thread runs :class:`~clawdesk.judge.service.JudgeLoop`: it shares the engine and yields
+  to the chat through the chat's :class:`~clawdesk.engine.gate.ChatGate`;
+- when learning is ON and a full batch of judged samples is ready (or :meth:`train_now` asks), the
+  trainer runs as a separate, low-priority process (:mod:`clawdesk.loop.trainer_process`), one
+  optimizer step per launch; a watcher thread reads its :mod:`clawdesk.learn.protocol` lines. While
+  it runs the engines keep to their share of the cores, and while the chat generates the trainer is
+  stopped (:class:`~clawdesk.learn.pause.TrainerPause`, owned here);
+- a new ready version is hot-swapped in by a swap thread: :meth:`Engine.load_adapter` waits for the
+  engine lock, so a reply in progress finishes on the old adapter and the next one uses the new.
+
+Turning learning OFF interrupts judging at the next token and launches no new training step; a step
+already running finishes and is kept. No event is sent while the loop's lock is held, so a
+subscriber may call back into the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from clawdesk.config import Config
+from clawdesk.engine import Engine
+from clawdesk.engine.gate import ChatGate
+from clawdesk.errors import ClawDeskError
+from clawdesk.judge.runner import Judge
+from clawdesk.judge.service import JudgeEvent, JudgeLoop
+from clawdesk.learn.pause import TrainerPause
+from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, TrainProgress
+from clawdesk.loop.events import (
+    JudgeProgress,
+    JudgeStopped,
+    LearningToggled,
+    LoopEvent,
+    LoopState,
+    SamplesReady,
+    ServingProblem,
+    SwapFailed,
+    TrainingFailed,
+    TrainingFinished,
+    TrainingProgress,
+    TrainingSkipped,
+    TrainingStarted,
+    VersionRejected,
+    VersionServed,
+)
+from clawdesk.loop.trainer_process import TrainerProcess
+from clawdesk.reload import AdapterSwitch
+from clawdesk.store import Store
+
+NOTHING_JUDGED = "No judged turns to learn from yet."
+
+Listener = Callable[[LoopEvent], None]
+
+
+class LearningLoop:
+    """Background judging, automatic training and hot-swapping for one served engine."""
+
+    def __init__(
+        self,
+        config: Config,
+        db_path: Path,
+        engine: Engine,
+        judge: Judge,
+        *,
+        gate: ChatGate,
+        auto_train: bool = True,
+        idle_poll: float = 2.0,
+    ) -> None:
+        """``auto_train=False`` trains only on :meth:`train_now`; ``gate`` is the chat service's."""
+        self.config = config
+        self.db_path = Path(db_path)
+        self.engine = engine
+        self.judge = judge
+        self.gate = gate
+        self.auto_train = auto_train
+        self._lock = threading.RLock()
+        self._state = LoopState(batch_size=config.train.batch_size, serving=engine.adapter_version)
+        self._listeners: list[Listener] = []
+        self._judges = JudgeLoop(
+            judge, self.db_path, max_age_hours=config.judge.pending_max_age_hours, on_event=self._judge_event,
+            idle_poll=idle_poll,
+        )  # fmt: skip
+        # While the trainer runs every engine of the loop (the served one, and the judge's when
+        # judge.model is another GGUF) drops to its share of the cores, and while the chat
+        # generates the trainer is stopped instead (clawdesk.learn.pause).
+        self.pause = TrainerPause(e.threads for e in (engine, judge.engine))
+        self._unlisten = gate.on_computing(self.pause.chat_computing)
+        self._trainer: TrainerProcess | None = None
+        self._versions_before = 0
+        self._judge_thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- subscribers and state ------------------------------------------------------------
+
+    def subscribe(self, callback: Listener) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event from now on; returns the function that stops it."""
+        with self._lock:
+            self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return unsubscribe
+
+    @property
+    def state(self) -> LoopState:
+        """What the loop is doing now (a frozen snapshot)."""
+        with self._lock:
+            return self._state
+
+    def serving(self) -> str:
+        """The adapter the engine serves now: ``"v3"``, or ``"base"`` for the base model."""
+        n = self.engine.adapter_version
+        return "base" if n is None else f"v{n}"
+
+    def _update(self, **changes) -> LoopState:
+        with self._lock:
+            self._state = dataclasses.replace(self._state, **changes)
+            return self._state
+
+    def _emit(self, event: LoopEvent) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:  # outside the lock: a listener may wait for another thread
+            listener(event)
+
+    @contextlib.contextmanager
+    def _store(self) -> Iterator[Store]:
+        """A connection of the calling thread's own (SQLite connections stay on their thread)."""
+        store = Store.open(self.db_path)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        # Not daemons: an exiting process lets the judge stop at its next token and reads a running
+        # trainer's last lines, as the app's thread workers did.
+        thread = threading.Thread(target=target, name=f"clawdesk-{name}")
+        thread.start()
+        return thread
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Serve the chosen adapter (before any reply or judge runs), then start judging."""
+        with self._store() as store:
+            problem = AdapterSwitch(self.engine, store).sync()
+            learning = store.learning_enabled
+        self._update(learning=learning, serving=self.engine.adapter_version)
+        if problem:
+            self._emit(ServingProblem(problem))
+        self._judges.set_learning(learning)
+        self._judge_thread = self._spawn(self._run_judge, "judge")
+        self.refresh()
+
+    def close(self) -> None:
+        """Stop judging and sending events; a training step in flight finishes in its own process and is kept."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._listeners.clear()
+        self._judges.close()
+        self._unlisten()
+        self.pause.detach()
+        if self._judge_thread is None:
+            self._close_judge_engine()
+
+    def _run_judge(self) -> None:
+        try:
+            self._judges.run()
+        except ClawDeskError as err:
+            self._emit(JudgeStopped(str(err)))
+        finally:
+            if self._closed:
+                self._close_judge_engine()
+
+    def _close_judge_engine(self) -> None:
+        # The judge's own engine (judge.model) belongs to the loop; the served one to its caller.
+        if self.judge.engine is not self.engine:
+            self.judge.engine.close()
+
+    # -- what happened --------------------------------------------------------------------
+
+    def turn_recorded(self) -> None:
+        """A turn was recorded: look at the judge's backlog now and count again."""
+        self._judges.wake()
+        self.refresh()
+
+    def set_learning(self, on: bool) -> None:
+        """The learning switch changed (the caller persisted it: ``Store.set_learning``)."""
+        self._judges.set_learning(on)
+        self._update(learning=on)
+        self._emit(LearningToggled(on))
+        self.refresh()
+        if on:
+            self._maybe_train()
+
+    def feedback_changed(self) -> None:
+        """A thumb changed which samples are ready: count again and train when a batch is full."""
+        self.refresh()
+        self._maybe_train()
+
+    def refresh(self) -> None:
+        """Read the judge's backlog and the ready samples again (on the calling thread's own connection)."""
+        from clawdesk.learn.samples import count_ready
+        from clawdesk.store.judgments import backlog
+
+        with self._store() as store:
+            ready, waiting = backlog(store)
+            samples = count_ready(store, self.engine.identity.sha256, step_reward=self.config.train.step_reward)
+            learning = store.learning_enabled
+        state = self._update(judge_ready=ready, judge_waiting=waiting, ready_samples=samples, learning=learning)
+        self._emit(SamplesReady(samples, state.batch_size))
+
+    def _judge_event(self, ev: JudgeEvent) -> None:
+        """From the judge thread."""
+        if ev.kind == "vote" and ev.vote is not None:
+            state = self._update(judging=f"turn {ev.vote.turn_id}: vote {ev.vote.done}/{ev.vote.total}")
+        else:
+            state = self._update(judging="", judge_ready=ev.ready, judge_waiting=ev.waiting)
+        # First the judge's own counts (a front end shows them at once), then the samples read again.
+        self._emit(JudgeProgress(state.judging, state.judge_ready, state.judge_waiting))
+        if ev.kind == "judged":
+            self.refresh()
+            self._maybe_train()
+
+    # -- training -------------------------------------------------------------------------
+
+    def train_now(self) -> bool:
+        """Start a training step on what is ready now (up to a batch). False if it cannot start."""
+        return self._maybe_train(force=True)
+
+    def _maybe_train(self, *, force: bool = False) -> bool:
+        """Start one training step when learning is ON and a full batch is ready (or ``force``)."""
+        from clawdesk.learn.versions import list_versions
+
+        with self._lock:
+            state = self._state
+            if self._closed or self._trainer is not None:
+                return False
+            if not force and (not self.auto_train or state.ready_samples < state.batch_size):
+                return False
+            with self._store() as store:
+                if not store.learning_enabled:
+                    return False
+                before = max((v.version for v in list_versions(store)), default=0)
+            batch = min(state.ready_samples, state.batch_size) if force else state.batch_size
+            if batch > 0:
+                trainer = self._trainer = TrainerProcess(self.config, self.engine, batch)
+                self._versions_before = before
+                self.pause.attach(trainer.proc)
+                self._update(running=True, phase="starting", message="starting the trainer")
+        if batch == 0:
+            self._emit(TrainingSkipped(NOTHING_JUDGED))
+            return False
+        self._emit(TrainingStarted(batch))
+        self._spawn(lambda: self._watch_trainer(trainer), "trainer")
+        return True
+
+    def _watch_trainer(self, trainer: TrainerProcess) -> None:
+        """From the watcher thread: follow the process to its end."""
+        error, message = "", ""
+        for line in trainer.messages():
+            if isinstance(line, TrainerStarted):
+                if line.pausable:
+                    self.pause.arm()  # its death signal is set: the chat may stop it from now on
+                state = self._update(phase="starting", message="")
+            elif isinstance(line, TrainerFailed):
+                error = message = line.error
+                state = self._update(phase="error", message=line.error)
+            else:
+                message = line.message
+                state = self._progress(line)
+            self._emit(TrainingProgress(state.phase, state.step, state.steps, state.message, state.metrics))
+        code = trainer.wait()
+        # Here, before anything else: the cores are free now, even if the loop is already closed.
+        self.pause.detach()
+        self._finished(code, error, message)
+
+    def _progress(self, p: TrainProgress) -> LoopState:
+        changes: dict = {"phase": p.phase, "step": p.step, "steps": p.steps, "message": p.message}
+        if p.metrics:
+            changes["metrics"] = dict(p.metrics)
+        return self._update(**changes)
+
+    def _finished(self, code: int, error: str, message: str) -> None:
+        from clawdesk.learn.versions import list_versions
+
+        with self._lock:
+            self._trainer = None
+            self._update(running=False)
+            if self._closed:
+                return  # the next start serves what it made (AdapterSwitch.sync)
+        with self._store() as store:
+            rows = [v for v in list_versions(store) if v.version > self._versions_before]
+        if code != 0:
+            self._emit(TrainingFailed(error))
+        else:
+            self._emit(TrainingFinished(tuple(v.version for v in rows), message))
+            for r in rows:
+                if r.status == "rejected":
+                    self._emit(VersionRejected(r.version, r.note))
+            ready = [r for r in rows if r.status == "ready"]
+            if ready:
+                newest = ready[-1]
+                done = f"Learned adapter v{newest.version} from {newest.n_samples} turn(s); now serving it."
+                self._swap("activate", newest.version, done=done)
+        self.refresh()
+        if rows:
+            self._maybe_train()  # more full batches may be waiting
+
+    # -- serving --------------------------------------------------------------------------
+
+    def activate(self, n: int | None) -> None:
+        """Serve version ``n`` (None: the base model) from the next reply on; answers with an event."""
+        self._swap("activate", n)
+
+    def rollback(self) -> None:
+        """Serve the previous ready version (or the base model); answers with an event."""
+        self._swap("rollback")
+
+    def _swap(self, action: str, n: int | None = None, *, done: str = "") -> None:
+        """Swap on a thread of its own: it waits for the engine lock while a reply finishes."""
+
+        def work() -> None:
+            try:
+                with self._store() as store:
+                    switch = AdapterSwitch(self.engine, store)
+                    result = switch.rollback() if action == "rollback" else switch.activate(n)
+            except ClawDeskError as err:
+                self._emit(SwapFailed(str(err)))
+                return
+            if action == "rollback":
+                message = f"Rolled back to v{result}." if result is not None else "Serving the base model."
+            else:
+                message = done or (f"Now serving adapter v{n}." if n is not None else "Serving the base model.")
+            served = self._update(serving=self.engine.adapter_version).serving
+            self._emit(VersionServed(served, message))
+
+        self._spawn(work, "swap")
