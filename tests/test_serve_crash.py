@@ -145,7 +145,6 @@ def test_ctrl_c_mid_stream_stops_soon_and_records_the_reply_as_cancelled(home):
 def test_learning_through_the_api(tmp_path):
     """Turns recorded over the API are judged and trained on, and the next request is served by the
     new adapter version, visible in /v1/models (the integration of clawdesk.loop and serve)."""
-    loop_module = pytest.importorskip("clawdesk.loop", reason="needs clawdesk.loop")
     import dataclasses
 
     from clawdesk import runtime
@@ -156,7 +155,6 @@ def test_learning_through_the_api(tmp_path):
     from clawdesk.testing.api_server import running_server
     from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 
-    assert loop_module is not None
     home = tmp_path / "home"
     config = Config(home=home, chat=ChatConfig(temperature=0.7, max_reply_tokens=16, thinking=False))
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, batch_size=2))

@@ -2,8 +2,8 @@
 
 :func:`add_commands` registers the subcommand (with the global flags, as every command); :func:`cmd_serve`
 is the command; the server itself is :mod:`clawdesk.serve`.
-The learning loop comes from ``runtime.build_learning_loop`` when this build has it (the headless
-loop of ``clawdesk.loop``); without it turns are recorded for ``clawdesk judge`` / ``train`` later.
+The learning loop is the headless one of :mod:`clawdesk.loop` (``runtime.build_learning_loop``), run
+in this process unless ``--no-learn``; then turns are recorded for ``clawdesk judge`` / ``train`` later.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         print("not started", file=sys.stderr)
         return 1
     from clawdesk.engine.gate import ChatGate
-    from clawdesk.runtime import load_engine, open_store
+    from clawdesk.runtime import build_learning_loop, load_engine, open_store
     from clawdesk.serve.app import build_app, make_server
     from clawdesk.serve.security import allowed_hosts, is_loopback, load_or_create_token
     from clawdesk.serve.worker import EngineWorker, serving_label
@@ -96,7 +96,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         token, token_path = load_or_create_token(config.home)
         engine = load_engine(config, store, getattr(args, "model", None))
         gate = ChatGate()
-        loop = None if args.no_learn else _learning_loop(config, store, engine, gate)
+        loop = None if args.no_learn else build_learning_loop(config, store, engine, gate=gate, auto_train=True)
         worker = EngineWorker(engine, config, gate=gate, loop=loop)
         worker.start()
         if loop is not None:
@@ -141,18 +141,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _learning_loop(config: Config, store, engine, gate) -> Any:
-    """The headless learning loop when this build has one (``runtime.build_learning_loop``), else None."""
-    from clawdesk import runtime
-
-    build = getattr(runtime, "build_learning_loop", None)
-    if build is None:
-        return None
-    return build(config, store, engine, gate=gate, auto_train=True)
-
-
-# What a server console shows of the loop's events (by type name: the loop's event types live in
-# clawdesk.loop, which this module does not import); judge votes and progress would flood it.
+# What a server console shows of the loop's events (by type name); judge votes and progress would flood it.
 SHOWN_EVENTS = frozenset(
     {"TrainingStarted", "TrainingFinished", "TrainingFailed", "VersionRejected", "VersionServed", "SwapFailed",
      "ServingProblem", "LearningToggled"}
@@ -168,6 +157,4 @@ def _learning_line(store, loop, no_learn: bool) -> str:
     state = "ON" if store.learning_enabled else "OFF (`clawdesk learning on`)"
     if no_learn:
         return f"{state}; no learning loop here (--no-learn): turns are recorded for `clawdesk judge`/`train`"
-    if loop is None:
-        return f"{state}; this build has no headless learning loop: turns are recorded for `clawdesk judge`/`train`"
     return f"{state}; judging and training in this process"
