@@ -113,7 +113,7 @@ class Experiment:
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
 
     def run(self) -> dict[str, Any]:
-        from clawdesk.chat import ChatService
+        from clawdesk.agent import AgentService
         from clawdesk.reload import AdapterSwitch
         from clawdesk.runtime import load_engine, open_store
 
@@ -123,7 +123,7 @@ class Experiment:
         store = open_store(cfg)
         engine = load_engine(cfg, store, self.model_spec)
         try:
-            service = ChatService(engine, cfg.chat)
+            service = AgentService(engine, cfg.chat)
             scorer = Scorer(engine, persona, cfg.chat.system_prompt, opts.max_reply_tokens)
             switch = AdapterSwitch(engine, store)
             self._emit("score", 0, 1, "scoring the base model")
