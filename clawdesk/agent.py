@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 
 from clawdesk.chat import StepOutcome, TurnResult, clean_message, new_turn, turn_status, wall_iso
 from clawdesk.config import ChatConfig, ToolsConfig
-from clawdesk.engine import Delta, Engine, SamplingParams, history_from_turns
+from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
+from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
 from clawdesk.store import Session, Store
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
@@ -92,7 +93,7 @@ class AgentService:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ChatEngine,
         chat: ChatConfig,
         tools: ToolsConfig | None = None,
         registry: Registry | None = None,
@@ -147,7 +148,7 @@ class _Run:
 
     def __init__(self, service, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature):
         self.service = service
-        self.engine: Engine = service.engine
+        self.engine: ChatEngine = service.engine
         self.registry = service.registry  # set whenever a tool is offered (the only time it is used)
         # No tool offered: one step, its reply never parsed for calls (the plain chat turn).
         self.max_steps: int = service.tools.max_steps if specs else 1
