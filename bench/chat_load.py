@@ -5,7 +5,7 @@ the app's own: the real :class:`~clawdesk.judge.service.JudgeLoop` on a backlog 
 sharing the engine and the chat's gate as :class:`~clawdesk.loop.LearningLoop` wires it (idle rounds: paused with
 the learning switch), and the real trainer process the app launches (``python -m
 clawdesk.learn.trainer`` on ready samples; idle rounds: SIGSTOP, and the thread budget cleared as when
-it ends). TTFT is timed from ``ChatService.run_turn`` to the first streamed text, in a new chat each time.
+it ends). TTFT is timed from ``AgentService.run_turn`` to the first streamed text, in a new chat each time.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _add_turns(engine, store, n: int, *, judged: bool) -> None:
 
 
 def ttft_under_load(engine, tmp: Path, quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
-    from clawdesk.chat import ChatService
+    from clawdesk.agent import AgentService
     from clawdesk.config import ChatConfig, Config
     from clawdesk.runtime import open_store
 
@@ -94,7 +94,7 @@ def ttft_under_load(engine, tmp: Path, quick: bool, log: Callable[[str], None]) 
     config = Config(home=tmp / "chat", chat=ChatConfig(temperature=0.0, max_reply_tokens=4))
     store = open_store(config)
     try:
-        service = ChatService(engine, config.chat)
+        service = AgentService(engine, config.chat)
         results = _ttft_judging(engine, service, store, config, 20 if quick else 40, rounds, log)
         results.update(_ttft_training(engine, service, store, tmp / "train", rounds, quick, log))
     finally:

@@ -6,6 +6,10 @@ All on the bundled SmolLM2 GGUF, one process, baselines measured side by side wi
   while idle) against a plain ``llama_cpp.Llama`` at each thread count 1..cores, same prompt ids, same
   greedy sampling, rounds interleaved (engine, bare 1, bare 2, engine, ...) so drift hits all of them;
   the ratio is against bare's *best* thread count.
+- ``ask_decode_ratio``: the tok/s that a real ``clawdesk ask`` process records for a long reply with the
+  app's own sampling settings (``chat.*`` defaults) ÷ bare llama-cpp-python with the same sampler
+  (temperature, top-k, top-p, min-p, seed) on the recorded prompt ids, for as many tokens, at its best
+  thread count; one run each. It times the whole turn runner's per-token path, not just the engine.
 - ``tui_decode_ratio``: a reply sent and streamed through the real app (``App.run_test`` pilot, real
   rendering) ÷ the engine alone on the same prompt ids, interleaved.
 - ``ttft_busy_ratio`` / ``ttft_training_ratio``: chat time to first token while the judge / a trainer
@@ -20,13 +24,17 @@ thread count that collapses (see FIELD-NOTES) must not stall the suite; the coun
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 PROMPT = "Write a short story about a lighthouse keeper."
+LONG_PROMPT = "Write a long, detailed story about a lighthouse keeper and the storm that changed her life."
 SHA = "bench"  # the engine's sha256 (chat_load's samples carry the same)
 
 
@@ -41,6 +49,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     log(f"engine loaded: {engine.context_threads()} threads (of {all_threads()} cores)")
     try:
         results = decode_vs_bare(engine, model.path, tokens, rounds, log)
+        results.update(ask_vs_bare(model.path, log))
         results.update(tui_vs_engine(engine, tokens, rounds, log))
         from chat_load import ttft_under_load  # bench/ is on sys.path (run.py puts it there)
 
@@ -63,18 +72,22 @@ def _sampling(tokens: int):
 class Bare:
     """A plain ``llama_cpp.Llama`` streaming text the way a bare llama-cpp-python app would."""
 
-    def __init__(self, path: Path, threads: int, n_ctx: int) -> None:
+    def __init__(self, path: Path, threads: int, n_ctx: int, *, seed: int | None = None) -> None:
         import llama_cpp
 
         self.threads = threads
         self.last_ids: list[int] = []  # the reply of the last run (tests compare it with the engine's)
+        extra = {} if seed is None else {"seed": seed}
         self.llm = llama_cpp.Llama(
-            model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+            model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, **extra
         )
 
-    def run(self, ids: list[int], params, budget_s: float) -> tuple[float, float | None, int]:
-        """(time to first token s, decode tok/s from the first token on, tokens); stops at EOG like the engine,
-        or after ``budget_s`` (a rate needs no full reply; a collapsed thread count must not stall the suite)."""
+    def run(
+        self, ids: list[int], params, budget_s: float, *, stop_at_eog: bool = True
+    ) -> tuple[float, float | None, int]:
+        """(time to first token s, decode tok/s from the first token on, tokens); stops at EOG like the engine
+        (unless ``stop_at_eog`` is off: a sampled reply is timed for as many tokens as the app's), or after
+        ``budget_s`` (a rate needs no full reply; a collapsed thread count must not stall the suite)."""
         import llama_cpp
 
         llm = self.llm
@@ -91,7 +104,7 @@ class Bare:
                     first = time.monotonic()
                 n += 1
                 self.last_ids.append(int(tok))
-                if llama_cpp.llama_vocab_is_eog(vocab, tok) or n >= params.max_tokens:
+                if (stop_at_eog and llama_cpp.llama_vocab_is_eog(vocab, tok)) or n >= params.max_tokens:
                     break
                 if time.monotonic() - start > budget_s:
                     break
@@ -180,6 +193,70 @@ def decode_vs_bare(engine, path: Path, tokens: int, rounds: int, log: Callable[[
             "what": "engine time to first token minus bare llama-cpp-python's (same cold prompt)",
             "raw": {"best_bare": best, "ttft_ms_median": med_ttft, "ttft_ms_rounds": ttft},
         },
+    }
+
+
+# -- `clawdesk ask` (the whole turn runner) vs bare llama-cpp-python ----------------------------------
+
+
+def ask_vs_bare(path: Path, log: Callable[[str], None]) -> dict[str, dict]:
+    from clawdesk.config import ChatConfig, Config
+    from clawdesk.engine import SamplingParams
+    from clawdesk.engine.llama import all_threads
+    from clawdesk.runtime import open_store
+
+    with tempfile.TemporaryDirectory(prefix="clawdesk-bench-ask-") as tmp:
+        env = {**os.environ, "CLAWDESK_HOME": tmp}
+        proc = subprocess.run(
+            [sys.executable, "-m", "clawdesk", "ask", LONG_PROMPT],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"clawdesk ask failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        config = Config(home=Path(tmp))
+        store = open_store(config)
+        try:
+            session = store.latest_session()
+            assert session is not None
+            turn = store.list_turns(session.id)[-1]
+            prompt_ids, reply_ids = store.turn_tokens(turn.id)
+        finally:
+            store.close()
+    ask_rate = turn.tokens_per_s or 0.0
+    chat = ChatConfig()  # the app's own sampling settings, as `ask` used them
+    params = SamplingParams(temperature=chat.temperature, top_p=chat.top_p, max_tokens=len(reply_ids))
+    bare_rates: dict[str, float] = {}
+    for threads in range(1, all_threads() + 1):
+        bare = Bare(path, threads, config.model.n_ctx, seed=config.model.seed)
+        try:
+            _ttft, rate, _n = bare.run(prompt_ids, params, budget_s=len(reply_ids) / 8, stop_at_eog=False)
+        finally:
+            bare.close()
+        bare_rates[f"bare_{threads}"] = rate or 0.0
+    best = max(bare_rates, key=lambda k: bare_rates[k])
+    bares = ", ".join(f"{k} {v:.0f}" for k, v in bare_rates.items())
+    log(f"ask: {ask_rate:.0f} tok/s over {len(reply_ids)} tokens; bare {bares} tok/s")
+    return {
+        "ask_decode_ratio": {
+            "value": ask_rate / bare_rates[best] if bare_rates[best] else 0.0,
+            "unit": "x",
+            "goal": ">= 0.95",
+            "what": "tok/s `clawdesk ask` records (app sampling, long reply) ÷ bare llama-cpp-python "
+            "(same sampler, best thread count)",
+            "raw": {
+                "reply_tokens": len(reply_ids),
+                "prompt_tokens": len(prompt_ids),
+                "ask_tok_s": ask_rate,
+                "bare_tok_s": bare_rates,
+                "best_bare": best,
+                "temperature": chat.temperature,
+                "top_p": chat.top_p,
+            },
+        }
     }
 
 

@@ -3,7 +3,7 @@
 Owns generating a realistic data dir fast (the real ``open_store`` and migrations, then bulk inserts into
 the store's own tables in one transaction) and timing, at each size, what the chat does all the time:
 
-- ``record``: recording one new turn (``Store.add_turn``, as ``ChatService`` does after every reply);
+- ``record``: recording one new turn (``Store.add_turn``, as the turn runner does after every reply);
 - ``count_ready``: counting the samples ready to train (``learn.samples.count_ready``: the status bar's
   "batch n/8" after every turn and the trainer's start);
 - ``pending``: the judge service's question "which turn next?" (``pending_turns(limit=1)``, asked per turn);

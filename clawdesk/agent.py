@@ -1,8 +1,11 @@
-"""The agent loop beside :mod:`clawdesk.chat`: one user message → up to ``tools.max_steps`` model calls.
+"""The one turn runner: one user message → up to ``tools.max_steps`` model calls (*steps*).
 
-Each model call is a *step* (recorded in ``steps`` with its exact prompt and reply ids); tool calls
-parsed from a step's reply run through the tools registry (workspace, consent, caps) and their
-results become the next step's ``tool`` messages. The UI receives :data:`AgentEvent` values through
+``clawdesk ask``, the TUI, ``clawdesk eval`` and the benches run every turn through
+:meth:`AgentService.run_turn`; a plain chat turn (no tools offered) is the loop's one-step case, and
+every turn is recorded through :func:`clawdesk.chat.new_turn`. Each model call is a *step*
+(recorded in ``steps`` with its exact prompt and reply ids); tool calls parsed from a step's reply
+run through the tools registry (workspace, consent, caps) and their results become the next step's
+``tool`` messages. The UI receives :data:`AgentEvent` values through
 ``on_event`` and answers consent questions through ``consent``; it never runs a tool itself.
 """
 
@@ -13,12 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from clawdesk.chat import ChatService, TurnResult, _wall_iso, clean_message
+from clawdesk.chat import StepOutcome, TurnResult, clean_message, new_turn, turn_status, wall_iso
 from clawdesk.config import ChatConfig, ToolsConfig
-from clawdesk.engine import Delta, Engine, Prompt, Reply, SamplingParams, history_from_turns
+from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
+from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
-from clawdesk.store import NewTurn, Store
+from clawdesk.store import Session, Store
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
 from clawdesk.tools.consent import Consent, Decision
 from clawdesk.tools.format import CallError, parse_tool_calls, tool_messages
@@ -35,7 +39,7 @@ class StepStarted:
 
 @dataclass(frozen=True)
 class StepText:
-    """Streamed reply text of the current step (as ChatService's ``on_delta``)."""
+    """Streamed reply text of the current step (as ``run_turn``'s ``on_delta``)."""
 
     idx: int
     delta: Delta
@@ -75,54 +79,47 @@ LAST_STEP_NOTE = (
 )
 
 
-@dataclass(frozen=True)
-class StepOutcome:
-    """One model call of a turn: the reply served, the calls it made (in order) and what each gave back."""
-
-    reply: Reply
-    prompt: Prompt
-    items: tuple[ToolCall | CallError, ...] = ()
-    results: tuple[ToolResult, ...] = ()
-
-
-@dataclass(frozen=True)
-class AgentTurnResult(TurnResult):
-    """A :class:`TurnResult` with the loop's steps; ``reply`` is the final step's."""
-
-    steps: tuple[StepOutcome, ...] = ()
-    step_ids: tuple[int, ...] = ()
-    # "" (the model answered), "cancelled" (between steps or in a tool), "max_steps", or "context" (the
-    # results did not fit the context window for another step; the turn is recorded as "length")
-    stopped: str = ""
-
-
-class AgentService(ChatService):
+class AgentService:
     """Runs a user message through up to ``tools.max_steps`` model calls, running the tools it asks for.
 
     With no registry, tools turned off, no tool offered, or a model whose template cannot render
-    tools (the demo model), a turn is exactly :class:`ChatService`'s (no ``steps`` rows). Otherwise
-    every model call is a step; the turn row and ``turn_tokens`` hold the final step's answer and
-    ids, and the steps and their tool calls are recorded with the turn in one transaction when the
-    loop ends (finished, cut at length, cancelled or at the step limit).
+    tools (the demo model), a turn is one step whose reply is never parsed for calls, recorded as
+    the turn row alone (no ``steps`` rows). Otherwise every model call is a step; the turn row and
+    ``turn_tokens`` hold the final step's answer and ids, and the steps and their tool calls are
+    recorded with the turn in one transaction when the loop ends (finished, cut at length,
+    cancelled or at the step limit). The store passed to :meth:`run_turn` must belong to the calling
+    thread (see :mod:`clawdesk.store.log`); the call blocks (the UI runs it in a worker thread).
     """
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ChatEngine,
         chat: ChatConfig,
-        tools: ToolsConfig,
-        registry: Registry | None,
+        tools: ToolsConfig | None = None,
+        registry: Registry | None = None,
         *,
         gate: ChatGate | None = None,
     ):
-        super().__init__(engine, chat, gate=gate)
+        self.engine = engine
+        self.chat = chat
         self.tools = tools
         self.registry = registry
+        # Entered for the whole turn, so background judging pauses from "sent" to "recorded".
+        self.gate = gate or ChatGate()
+
+    def new_session(self, store: Store, *, incognito: bool = False, thinking: bool | None = None) -> Session:
+        return store.create_session(
+            system_prompt=self.chat.system_prompt,
+            incognito=incognito,
+            thinking=self.chat.thinking if thinking is None else thinking,
+        )
 
     @property
     def tools_active(self) -> bool:
         """Whether turns go through the loop (the model is offered tools)."""
-        return self.registry is not None and self.tools.enabled and self.engine.supports_tools
+        return (
+            self.registry is not None and self.tools is not None and self.tools.enabled and self.engine.supports_tools
+        )
 
     def run_turn(
         self,
@@ -138,14 +135,6 @@ class AgentService(ChatService):
         consent: Consent | None = None,
     ) -> TurnResult:
         specs = self.registry.specs() if self.tools_active and self.registry is not None else []
-        if not specs:
-            if on_event is not None:  # the UI follows one event stream whether or not tools are on
-                text = clean_message(text, self.chat.max_message_chars)  # (idempotent) an error before the event
-                on_event(StepStarted(0))
-                on_delta = _plain_events(on_delta, on_event)
-            return super().run_turn(
-                store, session_id, text, thinking=thinking, cancel=cancel, on_delta=on_delta, temperature=temperature
-            )
         text = clean_message(text, self.chat.max_message_chars)
         run = _Run(self, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature)
         # Headless with no consent given: calls whose policy is `ask` are denied (and recorded).
@@ -159,13 +148,14 @@ class _Run:
 
     def __init__(self, service, store, session_id, text, specs, thinking, cancel, on_delta, on_event, temperature):
         self.service = service
-        self.engine: Engine = service.engine
-        self.registry: Registry = service.registry
-        self.max_steps: int = service.tools.max_steps
+        self.engine: ChatEngine = service.engine
+        self.registry = service.registry  # set whenever a tool is offered (the only time it is used)
+        # No tool offered: one step, its reply never parsed for calls (the plain chat turn).
+        self.max_steps: int = service.tools.max_steps if specs else 1
         self.store: Store = store
         self.session = store.get_session(session_id)
         self.text = text
-        self.schemas = [spec.schema() for spec in specs]
+        self.schemas = [spec.schema() for spec in specs] or None
         self.thinking = self.session.thinking if thinking is None else thinking
         self.cancel: threading.Event = cancel or threading.Event()
         self.consent = Consent()
@@ -182,7 +172,7 @@ class _Run:
         if self.on_event is not None:
             self.on_event(event)
 
-    def serve(self) -> AgentTurnResult:
+    def serve(self) -> TurnResult:
         started = time.monotonic()
         history = history_from_turns(self.store.list_turns(self.session.id))
         messages: list[dict] = []  # this message's assistant tool calls and tool results, for the next step
@@ -213,7 +203,7 @@ class _Run:
             with self.service.gate.computing():
                 on_delta = self._text(idx)
                 reply = self.engine.generate(prompt.token_ids, self.params, cancel=self.cancel, on_delta=on_delta)
-            if reply.status == "cancelled":  # a cut reply's calls are not run: the model had not finished them
+            if reply.status == "cancelled" or self.schemas is None:  # a cut reply's calls are not run
                 outcomes.append(StepOutcome(reply, prompt))
                 break
             # A template whose prompt already opens <think> (Qwen3-2507) starts the reply mid-thought.
@@ -235,7 +225,10 @@ class _Run:
             stopped = "cancelled"  # stopped after (or while) its tools ran
         return self._record(outcomes, stopped, started)
 
-    def _text(self, idx: int) -> Callable[[Delta], None]:
+    def _text(self, idx: int) -> Callable[[Delta], None] | None:
+        if self.on_event is None:  # `clawdesk ask` without tools: nothing added per token
+            return self.on_delta
+
         def on_delta(delta: Delta) -> None:
             if self.on_delta is not None:
                 self.on_delta(delta)
@@ -288,44 +281,39 @@ class _Run:
             announce()  # no consent to wait for: it runs now
         return self.registry.run(call, _Announcing(self.consent, announce), self.cancel)
 
-    def _record(self, outcomes: list[StepOutcome], stopped: str, started: float) -> AgentTurnResult:
+    def _record(self, outcomes: list[StepOutcome], stopped: str, started: float) -> TurnResult:
         final = outcomes[-1]
         reply = final.reply
-        ident = self.engine.identity
-        turn = NewTurn(
-            user_content=self.text,
-            reply_content=reply.content,
-            reply_thinking=reply.thinking,
-            status={"cancelled": "cancelled", "context": "length"}.get(stopped, reply.status),
+        turn = new_turn(
+            self.engine.identity,
+            self.text,
+            reply,
+            status=turn_status(stopped, reply.status),
             thinking=final.prompt.thinking,
-            model_name=ident.name,
-            model_path=str(ident.path),
-            model_sha256=ident.sha256,
-            prompt_ids=reply.prompt_ids,
-            reply_ids=reply.reply_ids,
-            started_at=_wall_iso(started),
-            finished_at=_wall_iso(time.monotonic()),
-            adapter_version=reply.adapter_version,
-            dropped_turns=final.prompt.dropped_turns,
+            started=started,
+            finished=time.monotonic(),
             latency_ms=outcomes[0].reply.latency_ms,  # what the user waited for the first text
-            tokens_per_s=reply.tokens_per_s,
+            dropped_turns=final.prompt.dropped_turns,
         )
-        steps = [
-            NewStep(
-                prompt_ids=o.reply.prompt_ids,
-                reply_ids=o.reply.reply_ids,
-                reply_content=o.reply.content,
-                reply_thinking=o.reply.thinking,
-                status=o.reply.status,
-                started_at=_wall_iso(o.reply.started_at),
-                finished_at=_wall_iso(o.reply.finished_at),
-                adapter_version=o.reply.adapter_version,
-                calls=tuple(_recorded(item, result) for item, result in zip(o.items, o.results, strict=True)),
-            )
-            for o in outcomes
-        ]
-        turn_id, step_ids = add_agent_turn(self.store, self.session.id, turn, steps)
-        return AgentTurnResult(
+        if self.schemas is None:  # a plain turn: its one step is the turn row
+            turn_id, step_ids = self.store.add_turn(self.session.id, turn), []
+        else:
+            steps = [
+                NewStep(
+                    prompt_ids=o.reply.prompt_ids,
+                    reply_ids=o.reply.reply_ids,
+                    reply_content=o.reply.content,
+                    reply_thinking=o.reply.thinking,
+                    status=o.reply.status,
+                    started_at=wall_iso(o.reply.started_at),
+                    finished_at=wall_iso(o.reply.finished_at),
+                    adapter_version=o.reply.adapter_version,
+                    calls=tuple(_recorded(item, result) for item, result in zip(o.items, o.results, strict=True)),
+                )
+                for o in outcomes
+            ]
+            turn_id, step_ids = add_agent_turn(self.store, self.session.id, turn, steps)
+        return TurnResult(
             turn_id=turn_id,
             reply=reply,
             dropped_turns=final.prompt.dropped_turns,
@@ -353,16 +341,3 @@ def _recorded(item: ToolCall | CallError, result: ToolResult) -> NewToolCall:
     if isinstance(item, CallError):
         return NewToolCall(item.name or "?", {}, item.raw, result.content, result.status, result.duration_s)
     return NewToolCall(item.name, dict(item.arguments), item.raw, result.content, result.status, result.duration_s)
-
-
-def _plain_events(
-    on_delta: Callable[[Delta], None] | None, on_event: Callable[[AgentEvent], None]
-) -> Callable[[Delta], None]:
-    """``on_delta`` for a plain turn that also reports its text as step 0's."""
-
-    def both(delta: Delta) -> None:
-        if on_delta is not None:
-            on_delta(delta)
-        on_event(StepText(0, delta))
-
-    return both

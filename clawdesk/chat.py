@@ -1,25 +1,23 @@
-"""One chat turn, end to end: validate the message, build the prompt, serve it, record it.
+"""The conversation model's data: a checked user message, a turn's steps and result, and its turn row.
 
-Shared by ``clawdesk ask`` and the Textual app so a turn is recorded the same way from both.
-:meth:`ChatService.run_turn` blocks (call it from a worker thread in the UI) and reports text
-through ``on_delta``; the turn is committed to the log when the reply finishes or is cancelled.
-The store passed in must belong to the calling thread (see :mod:`clawdesk.store.log`).
+A turn is a user message answered in one or more *steps* (model calls); a plain chat turn is a
+one-step turn. :class:`TurnResult` is the one result type of :mod:`clawdesk.agent`'s turn runner,
+and :func:`new_turn` the one place a ``NewTurn`` row is built (the runner and ``clawdesk serve``
+record through it).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from clawdesk.config import ChatConfig
-from clawdesk.engine import Delta, Engine, Reply, SamplingParams, history_from_turns
-from clawdesk.engine.gate import ChatGate
+from clawdesk.engine import ModelIdentity, Prompt, Reply
 from clawdesk.errors import InputError
-from clawdesk.store import NewTurn, Session, Store
+from clawdesk.store import NewTurn
+from clawdesk.tools.format import CallError
+from clawdesk.tools.types import ToolCall, ToolResult
 
 
 def clean_message(text: str, max_chars: int) -> str:
@@ -45,83 +43,85 @@ def clean_message(text: str, max_chars: int) -> str:
 
 
 @dataclass(frozen=True)
+class StepOutcome:
+    """One model call of a turn: the reply served, the calls it made (in order) and what each gave back."""
+
+    reply: Reply
+    prompt: Prompt
+    items: tuple[ToolCall | CallError, ...] = ()
+    results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True)
 class TurnResult:
+    """A recorded turn: its steps (a plain chat turn is one step) and why the loop stopped.
+
+    ``reply`` is the final step's. ``step_ids`` are the ``steps`` rows (empty for a turn served
+    without tools: its one step is the turn row itself). ``stopped``: "" (the model answered),
+    "cancelled" (between steps or in a tool), "max_steps", or "context" (the results did not fit the
+    context window for another step; the turn is recorded as "length").
+    """
+
     turn_id: int
     reply: Reply
     dropped_turns: int
+    steps: tuple[StepOutcome, ...] = ()
+    step_ids: tuple[int, ...] = ()
+    stopped: str = ""
+
+    @property
+    def status(self) -> str:
+        """The turn's status as recorded: ``finished``, ``cancelled`` or ``length``."""
+        return turn_status(self.stopped, self.reply.status)
 
 
-def _wall_iso(monotonic_t: float) -> str:
+def turn_status(stopped: str, reply_status: str) -> str:
+    """The recorded status of a turn whose loop ended with ``stopped`` on a final reply of ``reply_status``."""
+    return {"cancelled": "cancelled", "context": "length"}.get(stopped, reply_status)
+
+
+def wall_iso(monotonic_t: float) -> str:
     """A ``time.monotonic()`` instant as an ISO UTC timestamp."""
     ago = time.monotonic() - monotonic_t
     return (datetime.now(UTC) - timedelta(seconds=ago)).isoformat(timespec="milliseconds")
 
 
-class ChatService:
-    """Runs turns for one engine; the caller supplies a thread-local store."""
+def new_turn(
+    identity: ModelIdentity,
+    user_content: str,
+    reply: Reply,
+    *,
+    status: str,
+    thinking: bool,
+    started: float,
+    finished: float,
+    latency_ms: float | None,
+    dropped_turns: int = 0,
+    reply_content: str | None = None,
+    learning: bool = True,
+) -> NewTurn:
+    """The one place a turn row is built (the turn runner and ``clawdesk serve`` both record through it).
 
-    def __init__(self, engine: Engine, chat: ChatConfig, *, gate: ChatGate | None = None):
-        self.engine = engine
-        self.chat = chat
-        # Entered for the whole turn, so background judging pauses from "sent" to "recorded".
-        self.gate = gate or ChatGate()
-
-    def new_session(self, store: Store, *, incognito: bool = False, thinking: bool | None = None) -> Session:
-        return store.create_session(
-            system_prompt=self.chat.system_prompt,
-            incognito=incognito,
-            thinking=self.chat.thinking if thinking is None else thinking,
-        )
-
-    def run_turn(
-        self,
-        store: Store,
-        session_id: int,
-        text: str,
-        *,
-        thinking: bool | None = None,
-        cancel: threading.Event | None = None,
-        on_delta: Callable[[Delta], None] | None = None,
-        temperature: float | None = None,
-    ) -> TurnResult:
-        text = clean_message(text, self.chat.max_message_chars)
-        with self.gate, self.engine.chat_turn():
-            return self._serve(store, session_id, text, thinking, cancel, on_delta, temperature)
-
-    def _serve(self, store, session_id, text, thinking, cancel, on_delta, temperature) -> TurnResult:
-        session = store.get_session(session_id)
-        think = session.thinking if thinking is None else thinking
-        history = history_from_turns(store.list_turns(session_id))
-        prompt = self.engine.build_prompt(
-            session.system_prompt, history, text, thinking=think, reply_room=self.chat.max_reply_tokens
-        )
-        params = SamplingParams(
-            temperature=self.chat.temperature if temperature is None else temperature,
-            top_p=self.chat.top_p,
-            max_tokens=self.chat.max_reply_tokens,
-        )
-        with self.gate.computing():
-            reply = self.engine.generate(prompt.token_ids, params, cancel=cancel, on_delta=on_delta)
-        ident = self.engine.identity
-        turn_id = store.add_turn(
-            session_id,
-            NewTurn(
-                user_content=text,
-                reply_content=reply.content,
-                reply_thinking=reply.thinking,
-                status=reply.status,
-                thinking=prompt.thinking,
-                model_name=ident.name,
-                model_path=str(ident.path),
-                model_sha256=ident.sha256,
-                prompt_ids=reply.prompt_ids,
-                reply_ids=reply.reply_ids,
-                started_at=_wall_iso(reply.started_at),
-                finished_at=_wall_iso(reply.finished_at),
-                adapter_version=reply.adapter_version,
-                dropped_turns=prompt.dropped_turns,
-                latency_ms=reply.latency_ms,
-                tokens_per_s=reply.tokens_per_s,
-            ),
-        )
-        return TurnResult(turn_id=turn_id, reply=reply, dropped_turns=prompt.dropped_turns)
+    ``reply`` is the final step's; ``started``/``finished`` are ``time.monotonic()`` instants;
+    ``reply_content`` overrides the reply's text (serve records what the client got when a stop
+    string cut it).
+    """
+    return NewTurn(
+        user_content=user_content,
+        reply_content=reply.content if reply_content is None else reply_content,
+        reply_thinking=reply.thinking,
+        status=status,
+        thinking=thinking,
+        model_name=identity.name,
+        model_path=str(identity.path),
+        model_sha256=identity.sha256,
+        prompt_ids=reply.prompt_ids,
+        reply_ids=reply.reply_ids,
+        started_at=wall_iso(started),
+        finished_at=wall_iso(finished),
+        adapter_version=reply.adapter_version,
+        dropped_turns=dropped_turns,
+        latency_ms=latency_ms,
+        tokens_per_s=reply.tokens_per_s,
+        learning=learning,
+    )

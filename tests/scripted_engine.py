@@ -16,8 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from clawdesk.engine import Delta, Engine, ModelIdentity, Reply, SamplingParams
+from clawdesk.engine import Delta, Engine, Exchange, ModelIdentity, Prompt, Reply, SamplingParams
+from clawdesk.engine.llama import PROMPT_CHUNK
 from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, in_thinking, split_thinking
 
@@ -106,9 +108,21 @@ class ScriptedEngine(Engine):
     def _id(self, piece: str) -> int:
         return self._vocab.setdefault(piece, len(self._vocab) + 10)
 
-    def build_prompt(self, system, history, user, *, thinking, reply_room, **tools_and_steps):
+    def build_prompt(
+        self,
+        system: str,
+        history: Sequence[Exchange],
+        user: str,
+        *,
+        thinking: bool,
+        reply_room: int,
+        tools: Sequence[dict[str, Any]] | None = None,
+        steps: Sequence[dict[str, Any]] = (),
+    ) -> Prompt:
         self._last_user = user
-        return super().build_prompt(system, history, user, thinking=thinking, reply_room=reply_room, **tools_and_steps)
+        return super().build_prompt(
+            system, history, user, thinking=thinking, reply_room=reply_room, tools=tools, steps=steps
+        )
 
     def release(self) -> None:
         """Let a held reply continue."""
@@ -129,7 +143,13 @@ class ScriptedEngine(Engine):
         on_delta: Callable[[Delta], None] | None = None,
         use_adapter: bool = True,
         resume_ids: Sequence[int] = (),
+        seed: int | None = None,
+        prompt_chunk: int = PROMPT_CHUNK,
+        grammar: str | None = None,
+        side: bool | None = None,
     ) -> Reply:
+        # seed, prompt_chunk, grammar and side shape llama.cpp's sampling and scheduling; the script
+        # decides the tokens here, so they are accepted (same signature as the real engine) and unused.
         def stopped() -> bool:
             return bool((cancel is not None and cancel.is_set()) or (stop_when is not None and stop_when()))
 

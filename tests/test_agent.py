@@ -311,6 +311,21 @@ def test_the_demo_model_answers_as_a_plain_chat(engine, store, config):
     assert [t.id for t in store.list_turns(session.id)] == [result.turn_id]
 
 
+def test_a_plain_turn_is_one_step_whose_calls_are_never_run(agent_config, qwen3_template, store, workspace):
+    # Tools off: the same runner serves one step, returns the one result type, and a <tool_call>
+    # written into the reply is text (recorded as the answer), never a call that runs.
+    engine = ScriptedEngine([call("write_file", path="x.txt", content="hi")], template=qwen3_template)
+    agent = AgentService(engine, agent_config.chat)  # no tools config, no registry
+    assert not agent.tools_active
+    session = agent.new_session(store)
+    result = agent.run_turn(store, session.id, "Write x.txt")
+    assert len(result.steps) == 1 and result.step_ids == () and result.stopped == ""
+    assert result.status == "finished" and not result.steps[0].items
+    assert len(engine.prompts) == 1 and not (workspace / "x.txt").exists()
+    assert list_steps(store, result.turn_id) == []
+    assert store.get_turn(result.turn_id).reply_content == result.reply.content
+
+
 # -- the real engine: tiny random Qwen3 with the real vocab and template ------------------------
 
 

@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 ISSUE_KEYS = (
     "decode_ratio", "ttft_overhead_ms", "tui_decode_ratio", "ttft_busy_ratio", "ttft_training_ratio",
     "swap_speedup", "swap_ms", "train_vs_sft", "train_peak_rss_mb", "record_ms",
-    "api_decode_ratio", "api_ttft_overhead_ms",
+    "api_decode_ratio", "api_ttft_overhead_ms", "ask_decode_ratio",
 )  # fmt: skip
 
 

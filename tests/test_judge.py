@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from clawdesk.chat import ChatService
+from clawdesk.agent import AgentService
 from clawdesk.config import JudgeConfig
 from clawdesk.engine import SamplingParams
 from clawdesk.engine.gate import ChatGate
@@ -33,7 +33,7 @@ SCORE_ROOM = JudgeConfig(votes=3, temperature=0.6, max_tokens=128, method="sampl
 
 
 def _chat(engine, config, store, *messages, incognito=False):
-    service = ChatService(engine, config.chat)
+    service = AgentService(engine, config.chat)
     session = service.new_session(store, incognito=incognito)
     ids = [service.run_turn(store, session.id, m).turn_id for m in messages]
     return session, ids

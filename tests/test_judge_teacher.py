@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from clawdesk.chat import ChatService
+from clawdesk.agent import AgentService
 from clawdesk.config import ChatConfig
 from clawdesk.engine import history_from_turns
 from clawdesk.engine.prompt import build_messages
@@ -72,7 +72,7 @@ def old_step_teacher_prompt(policy, pending, enhanced_user):
 
 
 def _chat(engine, store, *messages):
-    service = ChatService(engine, ChatConfig(temperature=0.0, max_reply_tokens=12))
+    service = AgentService(engine, ChatConfig(temperature=0.0, max_reply_tokens=12))
     session = service.new_session(store)
     for m in messages:
         service.run_turn(store, session.id, m)

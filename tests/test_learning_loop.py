@@ -14,7 +14,7 @@ import time
 import pytest
 from test_reload import _add_version
 
-from clawdesk.chat import ChatService
+from clawdesk.agent import AgentService
 from clawdesk.config import JudgeConfig, TrainConfig
 from clawdesk.engine.gate import ChatGate
 from clawdesk.loop import (
@@ -60,7 +60,7 @@ class Events:
 
 
 def _history(engine, config, store, n: int) -> None:
-    service = ChatService(engine, config.chat)
+    service = AgentService(engine, config.chat)
     session = service.new_session(store)
     for i in range(n):
         service.run_turn(store, session.id, f"Question number {i}: name a colour.")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clawdesk.chat import ChatService
+from clawdesk.agent import AgentService
 from clawdesk.cli import main
 from clawdesk.config import ChatConfig, Config, JudgeConfig, TrainConfig
 from clawdesk.export import FORMATS, export_adapter, export_data
@@ -113,7 +113,7 @@ def world(tmp_path_factory, engine, demo_gguf):
         store = open_store(config)
         try:
             # chat: two turns on the demo engine, so the first is ready to judge
-            service = ChatService(engine, config.chat)
+            service = AgentService(engine, config.chat)
             session = service.new_session(store)
             for text in (f"Tell me about {MARKER}.", "Thanks, that helps."):
                 service.run_turn(store, session.id, text)

@@ -1,4 +1,4 @@
-"""The Textual chat app, driven with Textual's pilot against a real Store and ChatService.
+"""The Textual chat app, driven with Textual's pilot against a real Store and turn runner.
 
 The model is the bundled SmolLM2 where the test is about serving a real reply, and the scripted
 engine (tests/scripted_engine.py) where the test needs control over timing or a <think> block.

@@ -14,7 +14,7 @@ import pytest
 from test_reload import _add_version
 from test_ui import send_and_wait, wait_until
 
-from clawdesk.chat import ChatService
+from clawdesk.agent import AgentService
 from clawdesk.config import ChatConfig, Config, JudgeConfig, TrainConfig
 from clawdesk.reload import ACTIVE_KEY
 from clawdesk.store import Store
@@ -64,7 +64,7 @@ def store(config):
 
 
 def _history(engine, config, store, n: int = 3) -> int:
-    service = ChatService(engine, config.chat)
+    service = AgentService(engine, config.chat)
     session = service.new_session(store)
     for i in range(n):
         service.run_turn(store, session.id, f"Question number {i}: name a colour.")

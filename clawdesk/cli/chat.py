@@ -117,14 +117,11 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
             finally:
                 signal.signal(signal.SIGINT, previous)
             activity.finish()
-            reply = result.reply
             if result.dropped_turns:
                 print(f"[{result.dropped_turns} earlier exchange(s) left out to fit the context]", file=sys.stderr)
-            stopped = getattr(result, "stopped", "")  # the agent loop's: "cancelled" between steps, "max_steps"
-            status = "cancelled" if stopped == "cancelled" else reply.status
-            if status != "finished":
-                print(f"[reply {status}]", file=sys.stderr)
-            if stopped == "max_steps":
+            if result.status != "finished":
+                print(f"[reply {result.status}]", file=sys.stderr)
+            if result.stopped == "max_steps":
                 print(f"[stopped after tools.max_steps = {config.tools.max_steps} model calls]", file=sys.stderr)
             print(f"[session {session.id} · turn {result.turn_id}]", file=sys.stderr)
         finally:

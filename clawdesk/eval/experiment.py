@@ -124,7 +124,7 @@ class Experiment:
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
 
     def run(self) -> dict[str, Any]:
-        from clawdesk.chat import ChatService
+        from clawdesk.agent import AgentService
         from clawdesk.reload import AdapterSwitch
         from clawdesk.runtime import load_engine, load_judge, open_store
 
@@ -137,7 +137,7 @@ class Experiment:
         try:
             if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
                 judge = load_judge(cfg, store, engine)
-            service = ChatService(engine, cfg.chat)
+            service = AgentService(engine, cfg.chat)
             scorer = Scorer(engine, persona, cfg.chat.system_prompt, opts.max_reply_tokens)
             switch = AdapterSwitch(engine, store)
             self._emit("score", 0, 1, "scoring the base model")

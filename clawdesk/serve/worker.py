@@ -5,7 +5,10 @@ thread with :class:`Started`, :class:`Text`, then :class:`Finished` or :class:`F
 ``cancel`` event that the HTTP side sets when the client goes away; the engine checks it between
 tokens, as it checks the TUI's Esc. Every reply that started is recorded with its exact prompt and
 reply ids like a TUI turn (cancelled ones as ``cancelled``), in this thread's own store connection,
-and the learning loop is told after each main turn.
+and the learning loop is told after each main turn. Serve keeps this generation path of its own
+instead of :class:`clawdesk.agent.AgentService` because the API client sends the whole conversation
+and runs the tools itself (one model call per request, never a loop), and a reply may be cut at the
+client's stop strings; the turn row is built by the same :func:`clawdesk.chat.new_turn`.
 """
 
 from __future__ import annotations
@@ -14,12 +17,11 @@ import dataclasses
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from clawdesk.chat import new_turn
 from clawdesk.config import Config
 from clawdesk.engine import Engine, Reply, SamplingParams
 from clawdesk.engine.gate import ChatGate
@@ -79,12 +81,6 @@ class Job:
     side: bool = False
     session_header: int | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
-
-
-def wall_iso(monotonic_t: float) -> str:
-    """A ``time.monotonic()`` instant as an ISO UTC timestamp (as the TUI records its turns)."""
-    ago = time.monotonic() - monotonic_t
-    return (datetime.now(UTC) - timedelta(seconds=ago)).isoformat(timespec="milliseconds")
 
 
 def serving_label(engine: Engine, loop: LearningLoop | None) -> str:
@@ -356,25 +352,18 @@ class EngineWorker:
         return session_id, turn_id
 
     def _new_turn(self, messages, reply: Reply, view: ReplyView, status: str, job: Job, thinking: bool) -> NewTurn:
-        ident = self.engine.identity
-        return NewTurn(
-            user_content=user_content(new_part(messages)),
-            # Cut at a stop string: what the client got. Otherwise the answer as the TUI records it
-            # (<tool_call> blocks included: the judge reads the calls).
-            reply_content=view.sent_content if view.stopped else reply.content,
-            reply_thinking=reply.thinking,
+        return new_turn(
+            self.engine.identity,
+            user_content(new_part(messages)),
+            reply,
             status=status,
             thinking=thinking and self.engine.supports_thinking,
-            model_name=ident.name,
-            model_path=str(ident.path),
-            model_sha256=ident.sha256,
-            prompt_ids=reply.prompt_ids,
-            reply_ids=reply.reply_ids,
-            started_at=wall_iso(reply.started_at),
-            finished_at=wall_iso(reply.finished_at),
-            adapter_version=reply.adapter_version,
+            started=reply.started_at,
+            finished=reply.finished_at,
             latency_ms=reply.latency_ms,
-            tokens_per_s=reply.tokens_per_s,
+            # Cut at a stop string: what the client got. Otherwise the answer as the TUI records it
+            # (<tool_call> blocks included: the judge reads the calls).
+            reply_content=view.sent_content if view.stopped else None,
             learning=not job.side,
         )
 
