@@ -202,7 +202,7 @@ def decode_vs_bare(engine, path: Path, tokens: int, rounds: int, log: Callable[[
 def ask_vs_bare(path: Path, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.config import ChatConfig, Config
     from clawdesk.engine import SamplingParams
-    from clawdesk.engine.llama import all_threads
+    from clawdesk.engine.threads import all_threads
     from clawdesk.runtime import open_store
 
     with tempfile.TemporaryDirectory(prefix="clawdesk-bench-ask-") as tmp:
