@@ -30,7 +30,7 @@ from clawdesk.engine import Engine
 from clawdesk.engine.gate import ChatGate
 from clawdesk.judge import channel
 from clawdesk.judge.parse import enhanced_user_message, hint_problem, majority
-from clawdesk.judge.teacher import step_context, teacher_prompt, turn_context
+from clawdesk.judge.teacher import ServedContext, step_context, teacher_prompt, turn_context
 from clawdesk.judge.tool_steps import cast_rules, next_state
 from clawdesk.judge.vote import JUDGE_PROMPT_CHUNK, Ballot, NextState, Verdict, VoteMethod, VoteProgress
 from clawdesk.store import Store
@@ -111,6 +111,17 @@ class Judge:
             hint, note = None, problem
         return Verdict(version, ballot.outputs["score"], ballot.votes["score"], ballot.outputs["hint"], hint, note)
 
+    def _teacher(
+        self, verdict: Verdict, user_content: str, context: Callable[[], ServedContext]
+    ) -> tuple[str | None, list[int] | None, str]:
+        """(enhanced user message, teacher prompt ids, note) for an accepted hint; the context is only
+        built when there is one. A teacher prompt that cannot be built is said in the note."""
+        if verdict.hint is None:
+            return None, None, verdict.note
+        enhanced_user = enhanced_user_message(user_content, verdict.hint)
+        ids, problem = teacher_prompt(self.policy, context(), enhanced_user)
+        return enhanced_user, ids, "; ".join(x for x in (verdict.note, problem) if x)
+
     def judge(
         self, store: Store, pending: PendingTurn, *, on_progress: Callable[[VoteProgress], None] | None = None
     ) -> Judgment:
@@ -121,11 +132,7 @@ class Judge:
             turn.user_content, turn.reply_content, NextState(pending.next_state, pending.next_role),
             seed=turn.id, on_progress=_progress(turn.id, on_progress),
         )  # fmt: skip
-        enhanced_user, enhanced_ids, note = None, None, verdict.note
-        if verdict.hint is not None:
-            enhanced_user = enhanced_user_message(turn.user_content, verdict.hint)
-            enhanced_ids, problem = teacher_prompt(self.policy, turn_context(store, turn), enhanced_user)
-            note = "; ".join(x for x in (note, problem) if x)
+        enhanced_user, enhanced_ids, note = self._teacher(verdict, turn.user_content, lambda: turn_context(store, turn))
         ident = self.engine.identity
         return Judgment(
             turn_id=turn.id,
@@ -155,12 +162,9 @@ class Judge:
         turn, step = pending.turn, pending.step
         progress = _progress(turn.id, on_progress)
         verdict = self.vote(turn.user_content, step.reply_content, next_state(pending.calls), on_progress=progress)
-        enhanced, note = None, verdict.note
-        if verdict.hint is not None:
-            context = step_context(turn, step.prompt_ids, pending.first_prompt_ids)
-            enhanced_user = enhanced_user_message(turn.user_content, verdict.hint)
-            enhanced, problem = teacher_prompt(self.policy, context, enhanced_user)
-            note = "; ".join(x for x in (note, problem) if x)
+        _, enhanced, note = self._teacher(
+            verdict, turn.user_content, lambda: step_context(turn, step.prompt_ids, pending.first_prompt_ids)
+        )
         ident = self.engine.identity
         return StepJudgment(
             step_id=step.id,
