@@ -32,6 +32,13 @@ class ModelError(ClawDeskError):
     """A model file is missing, unreadable, not a GGUF, or fails to load."""
 
 
+class EngineClosed(ModelError):
+    """The model was closed (the app is ending) while other work still wanted it."""
+
+    def __init__(self) -> None:
+        super().__init__("the model has been closed (ClawDesk is shutting down); nothing more can run on it")
+
+
 class PullError(ClawDeskError):
     """Downloading a model failed (network, disk, or checksum)."""
 

@@ -154,3 +154,40 @@ def test_separate_judge_model(tmp_path, demo_gguf, engine):
         assert load_judge(Config(home=tmp_path), store, engine).engine is engine
     finally:
         store.close()
+
+
+def test_a_closed_engine_refuses_work_instead_of_touching_freed_memory(demo_gguf):
+    """A judge thread finishing its vote after the app closed the model segfaulted in llama.cpp (CI, stop 24)."""
+    from clawdesk.engine import Engine
+    from clawdesk.errors import EngineClosed
+    from clawdesk.models import ResolvedModel
+
+    eng = Engine.load(ResolvedModel(name="demo", path=demo_gguf), sha256="t", n_ctx=512, n_threads=1)
+    ids = eng.tokenize("Hello")
+    eng.close()
+    eng.close()  # twice is harmless
+    assert eng.closed and eng.n_ctx == 512
+    calls = [
+        lambda: eng.tokenize("Hello"),
+        lambda: eng.tokenize_plain("Hello", bos=True),
+        lambda: eng.detokenize(ids),
+        lambda: eng.generate(ids, GREEDY),
+        lambda: eng.continuation_logprobs(ids, [[ids[-1]]]),
+        lambda: eng.reset_cache(),
+        lambda: eng.context_threads(),
+    ]
+    for call in calls:
+        with pytest.raises(EngineClosed, match="shutting down"):
+            call()
+    errors: list[BaseException] = []  # and from another thread, as the judge meets it
+
+    def late_judge() -> None:
+        try:
+            eng.tokenize("a vote")
+        except EngineClosed as err:
+            errors.append(err)
+
+    t = threading.Thread(target=late_judge)
+    t.start()
+    t.join(10)
+    assert len(errors) == 1

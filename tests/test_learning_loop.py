@@ -153,3 +153,25 @@ def test_threads_opening_their_own_connections_at_once_never_trip_over_the_write
     for t in threads:
         t.join(60)
     assert errors == []
+
+
+def test_closing_the_model_right_after_the_loop_ends_the_judge_without_a_crash(config, store, demo_gguf):
+    """The CLI closes the loop, then the model, while the judge may still be voting (it segfaulted)."""
+    from clawdesk.engine import Engine
+    from clawdesk.models import ResolvedModel
+
+    own = Engine.load(ResolvedModel(name="demo", path=demo_gguf), sha256="t", n_ctx=1024, n_threads=1)
+    _history(own, config, store, n=4)
+    loop = build_learning_loop(config, store, own, gate=ChatGate())
+    events = Events()
+    loop.subscribe(events)
+    loop.start()
+    try:
+        events.wait(lambda: events.of(JudgeProgress), "the judge to start voting")
+    finally:
+        loop.close()
+        own.close()
+    judge_thread = loop._judge_thread
+    judge_thread.join(60)
+    assert not judge_thread.is_alive()
+    assert own.closed

@@ -33,7 +33,7 @@ from clawdesk.engine.prompt import (
 )
 from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
 from clawdesk.engine.threads import ThreadBudget, all_threads
-from clawdesk.errors import InputError, ModelError
+from clawdesk.errors import EngineClosed, InputError, ModelError
 from clawdesk.gguf.files import check_gguf
 from clawdesk.models import ResolvedModel
 
@@ -44,7 +44,8 @@ class Engine:
     """Owns one ``llama_cpp.Llama``: prompts, streaming generation, adapters."""
 
     def __init__(self, llm, identity: ModelIdentity, *, seed: int = 1234, threads: ThreadBudget | None = None):
-        self.llm = llm
+        self._llm = llm
+        self._n_ctx = llm.n_ctx()  # fixed for the context's life; read without the lock
         # Without a budget from load() the caller chose the Llama's threads: keep them (fixed).
         self.threads = threads or ThreadBudget(fixed=llm.n_threads)
         self._base_seed = seed
@@ -101,14 +102,31 @@ class Engine:
         return cls(llm, identity, seed=seed, threads=threads)
 
     def close(self) -> None:
+        """Free the model and context. Any later call raises :class:`EngineClosed` instead of reaching
+        freed native memory (a judge thread still finishing its vote as the app ends: it segfaulted)."""
         with self.lock:
+            if self._llm is None:
+                return
             self._kv.drop()
             self._free_adapter()
-            self.llm.close()
+            self._llm.close()
+            self._llm = None
+
+    @property
+    def closed(self) -> bool:
+        return self._llm is None
+
+    @property
+    def llm(self):
+        """The ``llama_cpp.Llama``; read it only while holding :attr:`lock` (close takes the lock)."""
+        llm = self._llm
+        if llm is None:
+            raise EngineClosed()
+        return llm
 
     @property
     def n_ctx(self) -> int:
-        return self.llm.n_ctx()
+        return self._n_ctx
 
     def context_threads(self) -> tuple[int, int]:
         """(generation, batch) thread counts as llama.cpp's context has them now."""
@@ -149,7 +167,7 @@ class Engine:
         """Tokens of plain text: special-token markup in it stays text (the judge's few-shot prompts quote users)."""
         with self.lock:
             ids = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        bos_id = self.llm.token_bos()
+            bos_id = self.llm.token_bos()
         return [bos_id, *ids] if bos and self._add_bos and bos_id >= 0 else ids
 
     def render(
@@ -466,6 +484,8 @@ class Engine:
         """
         self._lora.check(path, self.identity.arch)  # in Python, before llama.cpp's parser sees the file
         with self.lock:
+            if self.closed:  # before the slot touches the freed context
+                raise EngineClosed()
             self._lora.swap(path)
             self._kv.drop()  # computed under the previous adapter
             self.adapter_version = version
