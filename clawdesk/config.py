@@ -360,6 +360,9 @@ _SECTIONS = {
 }
 
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | bool": (str, bool)}
+
+
 def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: [{name}] must be a table")
@@ -369,10 +372,9 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(
             f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
         )
-    types = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | bool": (str, bool)}
     for f in dataclasses.fields(cls):
         if f.name in raw:
-            value, allowed = raw[f.name], types.get(str(f.type), (object,))
+            value, allowed = raw[f.name], _TYPES.get(str(f.type), (object,))
             if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
                 raise ConfigError(f"{source}: {name}.{f.name} must be a {f.type}, got {value!r}")
     try:
@@ -422,6 +424,27 @@ def _build_mcp(raw: Any, source: Path) -> MCPConfig:
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
     return MCPConfig(servers=tuple(servers))
+
+
+def parse_train_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (a ``[train]`` key, the value written as in TOML) → ``(key, value)``, type-checked like the file.
+
+    For command lines that try one setting without a config file (``clawdesk eval --train-option``);
+    the range checks happen when the value goes into :class:`TrainConfig`.
+    """
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    known = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    if not sep or key not in known:
+        raise ValueError(f"{text!r} is not KEY=VALUE with a [train] key; known keys: {', '.join(sorted(known))}")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word: a string ("baseline"), as a shell makes quoting awkward
+    allowed = _TYPES.get(str(known[key].type), (object,))
+    if not isinstance(parsed, allowed) or (isinstance(parsed, bool) and bool not in allowed):
+        raise ValueError(f"train.{key} must be a {known[key].type}, got {parsed!r}")
+    return key, parsed
 
 
 def load_config(home: Path, **overrides: Any) -> Config:
