@@ -158,26 +158,17 @@ class TrainConfig:
     anchor_max_tokens: int = 96  # length cap of a base reply the anchor samples
 
     def __post_init__(self) -> None:
-        _check(
-            self.advantage in ADVANTAGES,
-            f'train.advantage must be "reward" or "baseline", got {self.advantage!r}',
-        )
+        _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")
         _check(self.distill_max_weight >= 1, f"train.distill_max_weight must be >= 1, got {self.distill_max_weight}")
-        _check(
-            1 <= self.distill_max_tokens <= 4096,
-            f"train.distill_max_tokens must be in 1..4096, got {self.distill_max_tokens}",
-        )
+        for key in ("distill_max_tokens", "anchor_max_tokens"):
+            _check(1 <= getattr(self, key) <= 4096, f"train.{key} must be in 1..4096, got {getattr(self, key)}")
         _check(
             0 < self.distill_temperature <= 2,
             f"train.distill_temperature must be in (0, 2], got {self.distill_temperature}",
         )
         _check(self.anchor_coef >= 0, f"train.anchor_coef must be >= 0, got {self.anchor_coef}")
-        _check(
-            1 <= self.anchor_max_tokens <= 4096,
-            f"train.anchor_max_tokens must be in 1..4096, got {self.anchor_max_tokens}",
-        )
         _check(
             isinstance(self.device, str) and TRAIN_DEVICE.fullmatch(self.device) is not None,
             f'train.device must be "auto", "cpu", "cuda" or "cuda:N" (N = the GPU\'s index), got {self.device!r}',

@@ -102,7 +102,7 @@ def test_the_trainer_subprocess_reads_the_levers_from_config_toml(tmp_path):
         "--base", str(gguf), "--base-name", "tiny", "--base-sha", "tiny-sha", "--steps", "1",
         "--config-home", str(home),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # a loaded 2-core box is slow
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     step = next(line for line in lines if line["phase"] == "step" and "loss" in line["metrics"])
