@@ -98,6 +98,7 @@ class JudgeConfig:
 
 
 STEP_REWARDS = ("stepwise", "outcome")
+ADVANTAGES = ("reward", "baseline")
 BASE_DTYPES = ("auto", "float32", "bfloat16")
 TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
@@ -136,8 +137,38 @@ class TrainConfig:
     # Weight dtype of the base on a CPU (and of what 4-bit leaves unquantized): "auto" = fp32 while the
     # fp32 weights fit in half the available RAM (exact, and the small demo model always does), else bf16.
     base_dtype: str = "auto"
+    # The learning levers (docs/learning.md, "Levers"). Each default is today's behaviour: none of them
+    # has a measured table behind it yet, and the defaults that shape learning come from one.
+    # The binary term's advantage: "reward" = r (today), "baseline" = r − the batch's mean r, so an
+    # all-+1 or all-−1 batch trains nothing through it (objective.centered_reward).
+    advantage: str = "reward"
+    # Context distillation: replies sampled per hinted sample from the teacher (the base with the hint
+    # in context), learned without the hint (objective.distill_loss); 0 = off.
+    distill_samples: int = 0
+    w_distill: float = 1.0  # weight of the distillation term against the combined loss
+    distill_max_weight: float = 4.0  # clip of its per-token importance weight π_teacher / π_served
+    distill_max_tokens: int = 128  # length cap of a sampled teacher reply
+    distill_temperature: float = 0.7  # the teacher's sampling temperature (the chat's default)
+    # Keep AdamW's moments across a guard retry (from before the failed try) and across trainer runs
+    # (saved as optimizer.safetensors beside each version's PEFT files; never exported).
+    keep_optimizer: bool = False
+    # Weight of KL(base ‖ policy) on the base's own replies to general prompts (objective.anchor_kl;
+    # assets/anchor-prompts.jsonl, replies sampled once per run); 0 = off.
+    anchor_coef: float = 0.0
+    anchor_max_tokens: int = 96  # length cap of a base reply the anchor samples
 
     def __post_init__(self) -> None:
+        _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
+        _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
+        _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")
+        _check(self.distill_max_weight >= 1, f"train.distill_max_weight must be >= 1, got {self.distill_max_weight}")
+        for key in ("distill_max_tokens", "anchor_max_tokens"):
+            _check(1 <= getattr(self, key) <= 4096, f"train.{key} must be in 1..4096, got {getattr(self, key)}")
+        _check(
+            0 < self.distill_temperature <= 2,
+            f"train.distill_temperature must be in (0, 2], got {self.distill_temperature}",
+        )
+        _check(self.anchor_coef >= 0, f"train.anchor_coef must be >= 0, got {self.anchor_coef}")
         _check(
             isinstance(self.device, str) and TRAIN_DEVICE.fullmatch(self.device) is not None,
             f'train.device must be "auto", "cpu", "cuda" or "cuda:N" (N = the GPU\'s index), got {self.device!r}',
@@ -320,6 +351,9 @@ _SECTIONS = {
 }
 
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | bool": (str, bool)}
+
+
 def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: [{name}] must be a table")
@@ -329,10 +363,9 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(
             f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
         )
-    types = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | bool": (str, bool)}
     for f in dataclasses.fields(cls):
         if f.name in raw:
-            value, allowed = raw[f.name], types.get(str(f.type), (object,))
+            value, allowed = raw[f.name], _TYPES.get(str(f.type), (object,))
             if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
                 raise ConfigError(f"{source}: {name}.{f.name} must be a {f.type}, got {value!r}")
     try:
@@ -382,6 +415,27 @@ def _build_mcp(raw: Any, source: Path) -> MCPConfig:
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
     return MCPConfig(servers=tuple(servers))
+
+
+def parse_train_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (a ``[train]`` key, the value written as in TOML) → ``(key, value)``, type-checked like the file.
+
+    For command lines that try one setting without a config file (``clawdesk eval --train-option``);
+    the range checks happen when the value goes into :class:`TrainConfig`.
+    """
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    known = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    if not sep or key not in known:
+        raise ValueError(f"{text!r} is not KEY=VALUE with a [train] key; known keys: {', '.join(sorted(known))}")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word: a string ("baseline"), as a shell makes quoting awkward
+    allowed = _TYPES.get(str(known[key].type), (object,))
+    if not isinstance(parsed, allowed) or (isinstance(parsed, bool) and bool not in allowed):
+        raise ValueError(f"train.{key} must be a {known[key].type}, got {parsed!r}")
+    return key, parsed
 
 
 def load_config(home: Path, **overrides: Any) -> Config:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clawdesk.cli.args import count, positive_float, seed
 from clawdesk.cli.common import AddCommand, opened_store
-from clawdesk.config import Config
+from clawdesk.config import Config, parse_train_option
 from clawdesk.errors import ConfigError, InputError
 from clawdesk.progress import ProgressBar
 
@@ -42,6 +42,10 @@ def add_commands(add: AddCommand) -> None:
     )
     p.add_argument("--epochs", type=count, metavar="E", help="optimizer passes per batch (default train.epochs)")
     p.add_argument("--lr", type=positive_float, help="LoRA learning rate (default train.lr)")
+    p.add_argument(
+        "--train-option", action="append", default=[], metavar="KEY=VALUE",
+        help="any [train] setting for this run, as in config.toml (repeatable), e.g. advantage=baseline",
+    )  # fmt: skip
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--max-reply-tokens", type=count, default=160, metavar="T", help="reply cap in the eval")
     p.add_argument("--out", type=Path, metavar="DIR", help="where result.json, curve.png (and compare.*) go")
@@ -61,6 +65,12 @@ def _config_for(args: argparse.Namespace, config: Config) -> Config:
                 train = dataclasses.replace(train, **{key: getattr(args, key)})
             except ValueError as exc:
                 raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from exc
+    for option in args.train_option:
+        try:
+            key, value = parse_train_option(option)
+            train = dataclasses.replace(train, **{key: value})
+        except ValueError as exc:
+            raise ConfigError(f"--train-option {option}: {exc}") from exc
     if args.judge_method:
         judge = dataclasses.replace(judge, method=args.judge_method)  # argparse choices = JudgeConfig's
     return dataclasses.replace(config, train=train, judge=judge)

@@ -80,11 +80,21 @@ def _text(value: Any) -> bool:
 def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: str = "") -> GuardSet:
     """Tokenize the guard set with ``base_gguf``'s vocabulary and chat template, each question a first turn
     under ``system_prompt`` as the chat renders it (an adapter's drift shows most in the context it serves)."""
+    path = path or default_guard_path()
+    rows = read_rows(path)
+    prompts = first_turn_ids(base_gguf, [row["prompt"] for row in rows], system_prompt=system_prompt)
+    replies = first_turn_ids(base_gguf, [row["reply"] for row in rows], plain=True)
+    return GuardSet(path, list(zip(prompts, replies, strict=True)))
+
+
+def first_turn_ids(
+    base_gguf: Path, texts: list[str], *, system_prompt: str = "", plain: bool = False
+) -> list[list[int]]:
+    """Token ids of each text under ``base_gguf``'s vocabulary: rendered as a first chat turn under
+    ``system_prompt`` as the chat would (the generation prompt included), or ``plain`` as bare text."""
     import llama_cpp
     from llama_cpp import _internals
 
-    path = path or default_guard_path()
-    rows = read_rows(path)
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     try:
@@ -92,16 +102,16 @@ def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: 
     except (ValueError, RuntimeError, OSError) as exc:
         raise TrainError(f"llama.cpp could not read the vocabulary of {base_gguf} ({exc}).") from exc
     try:
+        if plain:
+            return [model.tokenize(t.encode("utf-8"), add_bos=False, special=False) for t in texts]
         chat, add_bos = gguf_chat_template(model, model.metadata(), base_gguf)  # as the engine reads it
-        pairs = []
-        for row in rows:
-            text = chat.render(build_messages(system_prompt, [], row["prompt"]), thinking=False)
-            prompt = model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
-            reply = model.tokenize(row["reply"].encode("utf-8"), add_bos=False, special=False)
-            pairs.append((prompt, reply))
+        out = []
+        for text in texts:
+            rendered = chat.render(build_messages(system_prompt, [], text), thinking=False)
+            out.append(model.tokenize(rendered.encode("utf-8"), add_bos=add_bos, special=True))
+        return out
     finally:
         model.close()
-    return GuardSet(path, pairs)
 
 
 def check(learner: Any, guard: GuardSet, max_ratio: float) -> dict[str, Any]:

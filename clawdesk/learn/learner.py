@@ -7,20 +7,26 @@ see ratios ≠ 1 and the clip in :func:`clawdesk.learn.objective.combined_loss` 
 batch can move the policy. With one pass (the default) the ratio is exactly 1.
 
 :mod:`clawdesk.learn.trainer` drives it (scoring, writing and validating versions); the eval keeps
-one :class:`Learner` loaded for a whole run.
+one :class:`Learner` loaded for a whole run. The levers of docs/learning.md enter here: a step
+may also take context-distillation samples (:meth:`Learner.distill_samples`) and anchor replies
+(:meth:`Learner.anchor_replies`), and with ``train.keep_optimizer`` the AdamW moments survive a
+restore and come from the parent version (:mod:`clawdesk.learn.optim_state`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
 from clawdesk.learn.samples import Sample
+from clawdesk.learn.step_metrics import StepMetrics
 
 MAX_GRAD_NORM = 1.0
 
@@ -38,12 +44,31 @@ class Stopped(Exception):
 class _Snapshot(list):
     """LoRA weights saved by :meth:`Learner.snapshot`, tagged with the identity of those weights.
 
-    The tag lets :meth:`Learner.restore` bring back the held-out log-probs already computed for them.
+    The tag lets :meth:`Learner.restore` bring back the held-out log-probs already computed for them;
+    ``optimizer`` is AdamW's state then (``train.keep_optimizer``), else None.
     """
 
-    def __init__(self, tensors: list[Any], weights: object):
+    def __init__(self, tensors: list[Any], weights: object, optimizer: dict | None = None):
         super().__init__(tensors)
         self.weights = weights
+        self.optimizer = optimizer
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A reply the step learns besides the batch's: a sampled teacher reply, or an anchor reply of the base.
+
+    ``prompt_ids`` is the context the policy learns it in (without the hint), ``reply_ids`` the sampled
+    tokens, ``target_logp`` their log-probs under the teacher (distillation) or the base (anchor), ``(T,)``.
+    """
+
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    target_logp: Any
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.reply_ids)
 
 
 # -- log-probs of replies ------------------------------------------------------------------------
@@ -166,9 +191,16 @@ class Learner:
                 base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.param_names = [n for n, _ in named]
+        self.params = [p for _, p in named]
         self._torch = torch
         self.optimizer = self._new_optimizer()
+        # Where the moments came from, for the trainer's progress line (train.keep_optimizer).
+        self.optimizer_source = "fresh"
+        if parent_dir is not None and config.keep_optimizer:
+            self._load_optimizer(parent_dir)
+        self._anchor: tuple[tuple, list[Extra]] | None = None  # (its prompts and settings, its replies)
         # Log-probs per (prompt, reply) under the LoRA weights ``_weights`` identifies (and, tagged _BASE,
         # with the adapter disabled: the guard's base side, scored once per learner). A step's
         # "after" is the next step's "before" (and, when a version is rejected and restored, the
@@ -181,20 +213,48 @@ class Learner:
         # No weight decay: it would pull the LoRA towards zero between feedback batches, i.e. slowly forget.
         return self._torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=0.0)
 
+    def _load_optimizer(self, parent_dir: Path) -> None:
+        """The parent version's AdamW moments, when it kept them; a file that does not fit leaves them fresh."""
+        from clawdesk.learn import optim_state
+
+        path = Path(parent_dir) / optim_state.OPTIMIZER_FILE
+        try:
+            tensors = optim_state.load(path)
+            if tensors is None:
+                self.optimizer_source = f"fresh: {parent_dir.name} kept no optimizer state"
+                return
+            optim_state.load_tensors(self.optimizer, self.param_names, tensors)
+        except TrainError as err:  # the moments only speed learning up: a bad file must not stop it
+            self.optimizer = self._new_optimizer()
+            self.optimizer_source = f"fresh: {err}"
+            return
+        self.optimizer_source = f"kept from {parent_dir.name}"
+
+    def optimizer_tensors(self) -> dict[str, Any]:
+        """AdamW's moments by parameter name, for :func:`clawdesk.learn.optim_state.save`."""
+        from clawdesk.learn.optim_state import state_tensors
+
+        return state_tensors(self.optimizer, self.param_names)
+
     def set_lr(self, lr: float) -> None:
         """The learning rate of the next optimizer steps (the trainer's guard retries a step at a smaller one)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
     def snapshot(self) -> list[Any]:
-        return _Snapshot([p.detach().clone() for p in self.params], self._weights)
+        optim = copy.deepcopy(self.optimizer.state_dict()) if self.config.keep_optimizer else None
+        return _Snapshot([p.detach().clone() for p in self.params], self._weights, optim)
 
     def restore(self, snapshot: list[Any]) -> None:
-        """Put back the LoRA weights of ``snapshot``; the optimizer restarts (its moments saw the bad step)."""
+        """Put back the LoRA weights of ``snapshot``, and the optimizer as it was then (``train.keep_optimizer``)
+        or a fresh one (the default: its moments saw the step being undone)."""
         with self._torch.no_grad():
             for p, saved in zip(self.params, snapshot, strict=True):
                 p.copy_(saved)
         self.optimizer = self._new_optimizer()
+        saved_optim = getattr(snapshot, "optimizer", None)
+        if saved_optim is not None:
+            self.optimizer.load_state_dict(copy.deepcopy(saved_optim))
         # Exactly the snapshot's weights again: its memoized log-probs hold (another learner's tag has none here).
         self._weights = getattr(snapshot, "weights", None) or object()
 
@@ -222,6 +282,56 @@ class Learner:
         for i, lp in zip(hinted, teach, strict=True):
             teacher[i] = lp
         return ref, teacher
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_tokens: int, temperature: float, seed: int):
+        """Replies sampled from the base (adapter disabled) for ``prompts``, batched by the token budget."""
+        from clawdesk.learn.sampling import sample_replies
+
+        eos = self.model.get_base_model().config.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        out: list[list[int]] = [[] for _ in prompts]
+        self.model.eval()
+        with self.model.disable_adapter():
+            for k, group in enumerate(micro_batches([len(p) + max_tokens for p in prompts], self.config.token_budget)):
+                replies = sample_replies(
+                    self.model, [prompts[i] for i in group], self.device, max_tokens=max_tokens,
+                    temperature=temperature, eos_ids=eos_ids, seed=seed + k,
+                )  # fmt: skip
+                for i, reply in zip(group, replies, strict=True):
+                    out[i] = reply
+        return out
+
+    def distill_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
+        """Context distillation: ``train.distill_samples`` replies per hinted sample from the teacher.
+
+        The teacher is the base with the hint in context (the sample's teacher prompt); each reply is
+        learned in the sample's own prompt, without the hint, with the teacher's log-probs of it.
+        """
+        cfg = self.config
+        hinted = [s for s in samples if s.has_hint for _ in range(cfg.distill_samples)]
+        if not hinted:
+            return []
+        replies = self.sample(
+            [s.teacher_prompt_ids for s in hinted], max_tokens=cfg.distill_max_tokens,
+            temperature=cfg.distill_temperature, seed=seed,
+        )  # fmt: skip
+        kept = [(s, r) for s, r in zip(hinted, replies, strict=True) if r]
+        kept = [(s, r) for s, r in kept if len(s.prompt_ids) + len(r) <= cfg.token_budget]
+        teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
+        return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
+
+    def anchor_replies(self, prompts: Sequence[Sequence[int]], *, seed: int) -> list[Extra]:
+        """The base's own replies to ``prompts`` (temperature 1: a sample of its distribution), with its log-probs.
+
+        Sampled once per learner for the same prompts: the base never changes, so neither do its replies.
+        """
+        key = (tuple(tuple(p) for p in prompts), self.config.anchor_max_tokens, seed)
+        if self._anchor is None or self._anchor[0] != key:
+            replies = self.sample(prompts, max_tokens=self.config.anchor_max_tokens, temperature=1.0, seed=seed)
+            pairs = [(list(p), r) for p, r in zip(prompts, replies, strict=True) if r]
+            ref = self._remembered(pairs, adapter=False)
+            self._anchor = (key, [Extra(p, r, lp) for (p, r), lp in zip(pairs, ref, strict=True)])
+        return self._anchor[1]
 
     def mean_logprob(self, samples: Sequence[Sample]) -> dict[str, Any]:
         """Token-weighted mean reply log-prob under the current adapter, and whether every value is finite.
@@ -257,30 +367,53 @@ class Learner:
             memo.update(zip(missing, self.logprobs_each(missing, adapter=adapter), strict=True))
         return [memo[k] for k in keys]
 
-    def step(self, samples: Sequence[Sample], ref, teacher, *, stop: Callable[[], bool], on_micro=None):
+    def step(
+        self, samples: Sequence[Sample], ref, teacher, *, stop: Callable[[], bool], on_micro=None,
+        distill: Sequence[Extra] = (), anchor: Sequence[Extra] = (),
+    ):  # fmt: skip
         """``train.epochs`` optimizer passes over ``samples``; returns the last pass's metrics.
 
         Each pass accumulates the gradient of every micro-batch, each weighted by its share of
         samples (so a pass follows the mean over the batch), clips it and makes one AdamW step.
         The old log-probs are taken, detached, from the first pass's own forward (the policy
         before this update is exactly the one computing them) and kept for the later passes.
+        ``distill`` (:meth:`distill_samples`) adds ``train.w_distill`` × the mean distillation
+        loss, ``anchor`` (:meth:`anchor_replies`) ``train.anchor_coef`` × the mean anchor KL, both
+        to the same gradient. With ``train.advantage = "baseline"`` the binary term's reward is
+        centred on the batch's mean (:func:`clawdesk.learn.objective.centered_reward`).
         """
+        from clawdesk.learn.objective import centered_reward
+
         torch, cfg = self._torch, self.config
         self._weights = object()  # the LoRA is about to change: memoized log-probs no longer apply
         self.model.train()  # transformers only checkpoints activations in training mode
-        groups = micro_batches([s.n_tokens for s in samples], cfg.token_budget)
-        old: list[Any] = [None] * len(groups)  # per micro-batch (b, T), frozen at the first pass
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # (N,)
+        if cfg.advantage == "baseline":
+            rewards = centered_reward(rewards)
+        distill = distill if cfg.w_distill > 0 else ()
+        anchor = anchor if cfg.anchor_coef > 0 else ()
+        parts = [
+            ("main", list(samples), micro_batches([s.n_tokens for s in samples], cfg.token_budget)),
+            ("distill", list(distill), micro_batches([x.n_tokens for x in distill], cfg.token_budget)),
+            ("anchor", list(anchor), micro_batches([x.n_tokens for x in anchor], cfg.token_budget)),
+        ]
+        n_micro = sum(len(groups) for _, _, groups in parts)
+        old: dict[tuple[str, int], Any] = {}  # per (part, micro-batch) (b, T), frozen at the first pass
         started = time.perf_counter()
         for epoch in range(cfg.epochs):
-            total = _MetricSum()
-            for k, group in enumerate(groups):
-                if stop():
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise Stopped
-                m = self._micro_step(samples, group, ref, teacher, old, k)
-                total.add(*m)
-                if on_micro is not None:
-                    on_micro(epoch * len(groups) + k + 1, cfg.epochs * len(groups))
+            total, done = StepMetrics(), 0
+            for part, items, groups in parts:
+                for k, group in enumerate(groups):
+                    if stop():
+                        self.optimizer.zero_grad(set_to_none=True)
+                        raise Stopped
+                    if part == "main":
+                        total.add(*self._micro_step(samples, group, ref, teacher, old, k, rewards))
+                    else:
+                        total.add_extra(part, *self._extra_step(part, items, group, old, k))
+                    done += 1
+                    if on_micro is not None:
+                        on_micro(epoch * n_micro + done, cfg.epochs * n_micro)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, MAX_GRAD_NORM))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -289,60 +422,49 @@ class Learner:
             "grad_norm": grad_norm,
             "seconds": seconds,
             "tokens_per_s": cfg.epochs * total.seq_tokens / seconds if seconds > 0 else 0.0,
-            "n_micro_batches": float(len(groups)),
+            "n_micro_batches": float(n_micro),
             "epochs": float(cfg.epochs),
         }
 
-    def _micro_step(self, samples: Sequence[Sample], group: list[int], ref, teacher, old: list[Any], k: int):
-        """Forward + backward of micro-batch ``k``; returns the arguments of :meth:`_MetricSum.add`."""
+    def _micro_step(self, samples: Sequence[Sample], group: list[int], ref, teacher, old, k: int, rewards):
+        """Forward + backward of micro-batch ``k``; returns the arguments of :meth:`StepMetrics.add`."""
         from clawdesk.learn.objective import combined_loss
 
         torch, cfg = self._torch, self.config
         batch = [samples[i] for i in group]
         logp, mask = reply_logprobs(self.model, [(s.prompt_ids, s.reply_ids) for s in batch], self.device)
-        if old[k] is None:
-            old[k] = logp.detach()  # (b, T) the policy before this update
+        if ("main", k) not in old:
+            old["main", k] = logp.detach()  # (b, T) the policy before this update
+        old_k = old["main", k]
         T = logp.shape[1]
-        ref_t = _aligned([ref[i] for i in group], T, torch.zeros_like(old[k]))  # (b, T)
-        teacher_t = _aligned([teacher[i] for i in group], T, old[k])  # (b, T) teacher = old where no hint
-        reward = torch.tensor([s.reward for s in batch], dtype=torch.float32, device=self.device)  # (b,)
+        ref_t = _aligned([ref[i] for i in group], T, torch.zeros_like(old_k))  # (b, T)
+        teacher_t = _aligned([teacher[i] for i in group], T, old_k)  # (b, T) teacher = old where no hint
+        reward = rewards[group].to(self.device)  # (b,)
         has_hint = torch.tensor([s.has_hint for s in batch], dtype=torch.bool, device=self.device)  # (b,)
         loss, m = combined_loss(
-            logp, old[k], teacher_t, ref_t, reward, has_hint, mask,
+            logp, old_k, teacher_t, ref_t, reward, has_hint, mask,
             w_binary=cfg.w_binary, w_opd=cfg.w_opd, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=cfg.beta_kl,
         )  # fmt: skip
         (loss * (len(batch) / len(samples))).backward()  # Σ over micro-batches = mean over the batch
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)
 
+    def _extra_step(self, part: str, items: Sequence[Extra], group: list[int], old, k: int):
+        """Forward + backward of a distillation or anchor micro-batch; returns ``(metrics, n, seq_tokens)``."""
+        from clawdesk.learn.objective import anchor_kl, distill_loss
 
-class _MetricSum:
-    """Combines combined_loss metrics of micro-batches into the batch's (token- or sample-weighted)."""
-
-    TOKEN_MEANS = ("pg_loss", "kl", "adv_mean", "ratio_mean", "clip_frac")
-
-    def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.seq_tokens = 0  # prompt + reply tokens through forward and backward
-
-    def _add(self, key: str, value: float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value
-
-    def add(self, m: dict[str, float], n_samples: int, hinted_tokens: float, seq_tokens: int) -> None:
-        for key in self.TOKEN_MEANS:
-            self._add(key, m[key] * m["n_tokens"])
-        self._add("loss", m["loss"] * n_samples)
-        self._add("reward_mean", m["reward_mean"] * m["n_samples"])
-        self._add("opd_adv_mean", m["opd_adv_mean"] * hinted_tokens)
-        self._add("hinted_tokens", hinted_tokens)
-        for key in ("n_tokens", "n_samples", "n_hinted"):
-            self._add(key, m[key])
-        self.seq_tokens += seq_tokens
-
-    def result(self, n_batch: int) -> dict[str, float]:
-        s, tok = self.sums, self.sums.get("n_tokens", 0.0)
-        out = {key: s.get(key, 0.0) / tok if tok else 0.0 for key in self.TOKEN_MEANS}
-        out["loss"] = s.get("loss", 0.0) / n_batch
-        out["reward_mean"] = s.get("reward_mean", 0.0) / s["n_samples"] if s.get("n_samples") else 0.0
-        out["opd_adv_mean"] = s.get("opd_adv_mean", 0.0) / s["hinted_tokens"] if s.get("hinted_tokens") else 0.0
-        out |= {key: s.get(key, 0.0) for key in ("n_tokens", "n_samples", "n_hinted")}
-        return out
+        torch, cfg = self._torch, self.config
+        batch = [items[i] for i in group]
+        logp, mask = reply_logprobs(self.model, [(x.prompt_ids, x.reply_ids) for x in batch], self.device)
+        target = _aligned([x.target_logp for x in batch], logp.shape[1], torch.zeros_like(logp.detach()))  # (b, T)
+        if part == "distill":
+            if (part, k) not in old:
+                old[part, k] = logp.detach()  # (b, T) the served policy on the teacher's replies
+            loss, m = distill_loss(
+                logp, old[part, k], target, mask, eps=cfg.eps, eps_high=cfg.eps_high, max_weight=cfg.distill_max_weight
+            )
+            coef = cfg.w_distill
+        else:
+            loss, m = anchor_kl(logp, target, mask)
+            coef = cfg.anchor_coef
+        (coef * loss * (len(batch) / len(items))).backward()  # Σ over micro-batches = coef × mean over the part
+        return m, len(batch), sum(x.n_tokens for x in batch)

@@ -2,7 +2,10 @@
 
 This module owns the loss and nothing else: it sees per-token log-probabilities of the reply
 tokens and returns a scalar. Building samples, computing the log-probs and stepping the optimizer
-belong to the trainer.
+belong to the trainer. Besides :func:`combined_loss` it holds the pure terms of the learning
+levers (docs/learning.md, "Levers"): :func:`centered_reward` (a batch baseline),
+:func:`distill_loss` (context distillation on replies sampled from the hint teacher) and
+:func:`anchor_kl` (KL to the base on the base's own replies to general prompts).
 
 For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
 
@@ -125,6 +128,136 @@ def combined_loss(
             "n_hinted": float((present & hinted).sum()),
         }
     return loss, metrics
+
+
+def centered_reward(reward: torch.Tensor) -> torch.Tensor:
+    """The batch baseline: ``A_b = reward[b] − mean_b reward``, ``(B,)`` → ``(B,)``.
+
+    With it a batch whose rewards are all equal (all +1 once a preference is met, all −1 before the
+    policy ever does it) gives no binary-RL gradient at all: training toward its own samples (all
+    +1) only sharpens the policy, and pushing every sample down (all −1) only moves mass away
+    without saying where to. What is left to learn from such a batch is the hint's signal (OPD,
+    context distillation). An empty batch stays empty.
+    """
+    r = reward.detach()  # (B,)
+    if r.numel() == 0:
+        return r
+    return r - r.mean()  # (B,)
+
+
+def distill_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps: float = 0.2,
+    eps_high: float = 0.28,
+    max_weight: float = 4.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Context distillation: the student without the hint learns replies sampled from the teacher with it.
+
+    The replies ``y`` were sampled from the teacher π_T(·|s + hint) (the base with the hint in the
+    user message); ``logp`` is the student π_θ(y_t|s, y_<t) *without* the hint, ``old_logp`` the
+    same under the served policy (frozen at the step's first pass), ``teacher_logp`` π_T(y_t|s+hint,
+    y_<t). All ``(B, T)``; only ``logp`` carries gradient::
+
+        w[b,t]  = min(exp(teacher_logp − old_logp), max_weight)        clipped importance weight
+        ρ[b,t]  = exp(logp − old_logp)
+        ℓ[b,t]  = −min(ρ·w, clip(ρ, 1 − eps, 1 + eps_high)·w)
+        loss    = mean over samples with ≥ 1 token of  Σ_t mask·ℓ / Σ_t mask
+
+    At ρ = 1 the gradient is −w·∇logp: supervised learning on the teacher's tokens (forward KL
+    from the teacher, as in "Learning by Distilling Context"), each token weighted by how much more
+    the teacher wants it than the served policy does. That is what reaches a reply the policy never
+    samples on its own: the token the hint makes likely and the served policy does not gets the
+    largest weight (clipped at ``max_weight``, which bounds the variance); a token both agree on
+    gets weight 1. The PPO clip on ρ stops a token's push once the student is ``1 + eps_high``
+    times as likely to write it as the served policy was, so one batch moves the policy a bounded
+    amount over its epochs. Masked-out positions never reach the loss or the gradient.
+
+    Returns ``(loss, metrics)``: ``loss``, ``weight_mean`` (masked mean of w), ``weight_clip_frac``
+    (tokens whose w hit ``max_weight``), ``clip_frac`` (tokens where the PPO clip acted),
+    ``n_tokens``, ``n_samples``.
+    """
+    import torch
+
+    if logp.dim() != 2:
+        raise TrainError(f"distill_loss: logp must be (B, T), got shape {tuple(logp.shape)}.")
+    for name, t in (("old_logp", old_logp), ("teacher_logp", teacher_logp), ("mask", mask)):
+        if tuple(t.shape) != tuple(logp.shape):
+            raise TrainError(f"distill_loss: {name} has shape {tuple(t.shape)} but logp is {tuple(logp.shape)}.")
+    if not max_weight >= 1.0:
+        raise TrainError(f"distill_loss: max_weight must be >= 1, got {max_weight}.")
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    keep = mask != 0  # (B, T)
+    weight = mask.to(dtype) if mask.is_floating_point() else keep.to(dtype)  # (B, T)
+    zero = torch.zeros((), dtype=dtype, device=logp.device)
+    lp = torch.where(keep, logp.to(dtype), zero)  # (B, T)
+    old = torch.where(keep, old_logp.detach().to(dtype), zero)  # (B, T)
+    teacher = torch.where(keep, teacher_logp.detach().to(dtype), zero)  # (B, T)
+
+    w = torch.exp(teacher - old).clamp(max=max_weight)  # (B, T) clipped importance weight
+    ratio = torch.exp(lp - old)  # (B, T)
+    unclipped = ratio * w  # (B, T)
+    clipped = ratio.clamp(1.0 - eps, 1.0 + eps_high) * w  # (B, T)
+    per_token = -torch.minimum(unclipped, clipped)  # (B, T)
+    loss, n_samples = _sample_mean(per_token, weight)  # ()
+
+    with torch.no_grad():
+        metrics = {
+            "loss": float(loss.detach()),
+            "weight_mean": _masked_mean(w, weight),
+            "weight_clip_frac": _masked_mean((w >= max_weight).to(dtype), weight),
+            "clip_frac": _masked_mean((clipped < unclipped).to(dtype), weight),
+            "n_tokens": float(weight.sum()),
+            "n_samples": float(n_samples),
+        }
+    return loss, metrics
+
+
+def anchor_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The general-ability anchor: KL(base ‖ policy) on replies the base sampled itself, k3 estimate.
+
+    ``logp`` (policy, with grad) and ``ref_logp`` (the base) are the log-probs of the base's own
+    replies to general prompts, ``(B, T)``; ``mask`` marks the reply tokens::
+
+        δ[b,t] = logp − ref_logp
+        k[b,t] = exp(δ) − δ − 1                      (≥ 0; E_base[k] = KL(base ‖ policy) per token)
+        loss   = mean over samples with ≥ 1 token of  Σ_t mask·k / Σ_t mask
+
+    ``k`` and its gradient ``exp(δ) − 1`` are exactly 0 where the policy equals the base, so the
+    anchor costs nothing until the adapter moves general text; then it pulls back like InstructGPT's
+    pre-training term, but toward the base's own distribution instead of a corpus. Returns
+    ``(loss, {"loss", "n_tokens"})``.
+    """
+    import torch
+
+    if logp.dim() != 2 or tuple(ref_logp.shape) != tuple(logp.shape) or tuple(mask.shape) != tuple(logp.shape):
+        raise TrainError(
+            f"anchor_kl: logp, ref_logp and mask must share one (B, T) shape, got {tuple(logp.shape)}, "
+            f"{tuple(ref_logp.shape)}, {tuple(mask.shape)}."
+        )
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    keep = mask != 0  # (B, T)
+    weight = mask.to(dtype) if mask.is_floating_point() else keep.to(dtype)  # (B, T)
+    zero = torch.zeros((), dtype=dtype, device=logp.device)
+    delta = torch.where(keep, logp.to(dtype) - ref_logp.detach().to(dtype), zero)  # (B, T)
+    k3 = torch.exp(delta) - delta - 1.0  # (B, T)
+    loss, _ = _sample_mean(k3, weight)  # ()
+    return loss, {"loss": float(loss.detach()), "n_tokens": float(weight.sum())}
+
+
+def _sample_mean(per_token: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean over samples with any weight of each sample's weighted token mean; ``(loss (), n_samples ())``."""
+    import torch
+
+    tokens = weight.sum(dim=-1)  # (B,)
+    present = tokens > 0  # (B,)
+    denom = torch.where(present, tokens, torch.ones_like(tokens))  # (B,)
+    sample = (per_token * weight).sum(dim=-1) / denom  # (B,)
+    n = present.sum()  # ()
+    return (sample * present.to(per_token.dtype)).sum() / n.clamp_min(1).to(per_token.dtype), n
 
 
 def _masked_mean(x: torch.Tensor, weight: torch.Tensor) -> float:

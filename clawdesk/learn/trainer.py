@@ -8,13 +8,16 @@ that base (or a fresh LoRA), and then, for every full batch of ``train.batch_siz
    served GGUF holds), the reference log-probs of each reply given its prompt and the teacher
    log-probs given the hint-enhanced prompt; plus the held-out replies' mean log-prob under the
    current adapter, the "before" of the collapse check (the same replies for every step of a run,
-   so it is the previous step's "after", not scored again);
+   so it is the previous step's "after", not scored again); with the levers on (docs/learning.md,
+   "Levers"), the teacher's sampled replies for context distillation (``train.distill_samples``) and,
+   once per run, the base's replies to the anchor prompts (``train.anchor_coef``);
 2. *step* — :meth:`clawdesk.learn.learner.Learner.step`: ``train.epochs`` AdamW passes over the
    batch in micro-batches of at most ``train.token_budget`` padded tokens, the "old" log-probs frozen
    at the first pass;
 3. *writing* / *validating* — see :mod:`clawdesk.learn.versions` (and :mod:`clawdesk.learn.guard`
    for the general-ability check); a version that fails validation is kept as ``'rejected'`` and
-   training goes on from the weights before it.
+   training goes on from the weights before it. With ``train.keep_optimizer`` the AdamW moments are
+   written beside the PEFT files (:mod:`clawdesk.learn.optim_state`) and the next run starts from them.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ from pathlib import Path
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
-from clawdesk.learn import versions
+from clawdesk.learn import optim_state, versions
+from clawdesk.learn.anchor import default_anchor_path, load_anchor_prompts
 from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
-from clawdesk.learn.learner import Learner, Stopped
+from clawdesk.learn.learner import Extra, Learner, Stopped
 from clawdesk.learn.pause import continue_if_parent_dies
 from clawdesk.learn.protocol import TrainerFailed, TrainerMessage, TrainerStarted, TrainProgress, encode
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
@@ -148,6 +152,7 @@ class _Run:
     planned: set[int] = field(default_factory=set)  # turns of the batches this run intends to train on
     guard: GuardSet | None = None  # the general-ability check's texts, once loaded
     guard_skipped: str = ""  # why there is no general-ability check, when there is none
+    anchor_prompts: list[list[int]] = field(default_factory=list)  # the anchor's prompts, when train.anchor_coef > 0
 
     def __post_init__(self) -> None:
         self.device = self.config.device
@@ -165,7 +170,13 @@ class _Run:
         if learner is None:
             learner = load_learner(self.base_gguf, cfg, parent, on_status=lambda msg: self.progress("loading", 0, msg))
         self.device = learner.info.device
+        if cfg.keep_optimizer:
+            self.progress("loading", 0, f"optimizer moments: {learner.optimizer_source}")
         self.load_guard()
+        if cfg.anchor_coef > 0:
+            self.anchor_prompts = load_anchor_prompts(
+                self.base_gguf, default_anchor_path(), system_prompt=self.system_prompt
+            )
         # Every turn this run means to train on is kept out of the held-out set of every step, so the set
         # stays the same through the run: one step's "after" is then the next one's "before", which the
         # learner has already computed (Learner.mean_logprob memoizes per weights) instead of new replies.
@@ -237,10 +248,11 @@ class _Run:
         self.progress("scoring", step, f"scoring {len(batch)} samples and {len(heldout)} held-out replies")
         before = learner.mean_logprob(heldout) if heldout else None
         ref, teacher = learner.score(batch)
+        extras = self.lever_samples(learner, batch, step)
         if self.stopped():
             raise Stopped
         snapshot = learner.snapshot()
-        metrics, guard = self.guarded_step(learner, batch, ref, teacher, step, snapshot)
+        metrics, guard = self.guarded_step(learner, batch, ref, teacher, step, snapshot, **extras)
         # Which reward the batch's tool steps got (stepwise o + Σrᵢ/m, or outcome o): the ablation is read from here.
         metrics |= {"step_reward": cfg.step_reward, "n_step_samples": float(sum(s.step_id is not None for s in batch))}
         self.progress(
@@ -256,6 +268,8 @@ class _Run:
         lora = versions.write_adapter(
             learner.model, staged, arch=info.arch, n_head=info.n_head, n_head_kv=info.n_head_kv
         )
+        if cfg.keep_optimizer:  # the moments of this version's weights, for the run that continues from it
+            optim_state.save(staged / optim_state.OPTIMIZER_FILE, learner.optimizer_tensors())
 
         self.progress("validating", step, f"validating v{number}")
         after = learner.mean_logprob(heldout or batch[:1])  # no held-out yet: still prove the outputs finite
@@ -296,13 +310,29 @@ class _Run:
         self.progress("validating", step, message, {"version": float(number), "ready": float(version.ready)} | held)
         return version
 
-    def guarded_step(self, learner: Learner, batch: list[Sample], ref, teacher, step: int, snapshot):
+    def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
+        """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""
+        cfg, out = self.config, {"distill": [], "anchor": []}
+        if cfg.distill_samples and cfg.w_distill > 0 and any(s.has_hint for s in batch):
+            hinted = sum(s.has_hint for s in batch)
+            self.progress("scoring", step, f"sampling {cfg.distill_samples}x{hinted} teacher replies to distil")
+            out["distill"] = learner.distill_samples(batch, seed=batch[0].turn_id)  # a new batch, new draws
+        if self.anchor_prompts:
+            out["anchor"] = learner.anchor_replies(self.anchor_prompts, seed=0)  # sampled once per learner
+        return out
+
+    def guarded_step(
+        self, learner: Learner, batch: list[Sample], ref, teacher, step: int, snapshot,
+        distill: list[Extra] = (), anchor: list[Extra] = (),
+    ):  # fmt: skip
         """One learner step that keeps the guard texts' perplexity within ``train.max_ppl_ratio``, if it can.
 
         A backtracking line search on general ability: where the step at ``train.lr`` costs more than
         allowed, the same step is taken again from the weights before it at each smaller scale of
         ``GUARD_LR_SCALES``. Returns the kept step's metrics and the guard record (``lr_scale``, the
         ratio of every try); a step that fails at every scale is left in place for validation to reject.
+        A retry restores the snapshot's weights and, with ``train.keep_optimizer``, its AdamW moments
+        (else a fresh AdamW); the same distillation samples and anchor replies are used every try.
         """
         cfg, n = self.config, self.n_steps
         tried: list[float] = []
@@ -312,7 +342,7 @@ class _Run:
             learner.set_lr(cfg.lr * scale)
             self.phase = "step"  # its first progress line comes after the first micro-batch
             metrics = learner.step(
-                batch, ref, teacher, stop=self.stopped,
+                batch, ref, teacher, stop=self.stopped, distill=distill, anchor=anchor,
                 on_micro=lambda i, m: self.progress("step", step, f"step {step}/{n}: micro-batch {i}/{m}"),
             )  # fmt: skip
             metrics["lr_scale"] = scale

@@ -1,0 +1,58 @@
+"""One learner step's metrics: the micro-batches' objective metrics combined into the batch's.
+
+Token means are weighted by reply tokens, the loss and reward by samples, the OPD advantage by
+hinted tokens; the levers' terms (context distillation, anchor) are reported beside them
+(``distill_loss``, ``distill_weight_mean``, ``anchor_loss``, ...) only when the step had them.
+"""
+
+from __future__ import annotations
+
+
+class StepMetrics:
+    """Combines combined_loss metrics of micro-batches into the batch's (token- or sample-weighted)."""
+
+    TOKEN_MEANS = ("pg_loss", "kl", "adv_mean", "ratio_mean", "clip_frac")
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.seq_tokens = 0  # prompt + reply tokens through forward and backward
+
+    def _add(self, key: str, value: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def add(self, m: dict[str, float], n_samples: int, hinted_tokens: float, seq_tokens: int) -> None:
+        for key in self.TOKEN_MEANS:
+            self._add(key, m[key] * m["n_tokens"])
+        self._add("loss", m["loss"] * n_samples)
+        self._add("reward_mean", m["reward_mean"] * m["n_samples"])
+        self._add("opd_adv_mean", m["opd_adv_mean"] * hinted_tokens)
+        self._add("hinted_tokens", hinted_tokens)
+        for key in ("n_tokens", "n_samples", "n_hinted"):
+            self._add(key, m[key])
+        self.seq_tokens += seq_tokens
+
+    def add_extra(self, part: str, m: dict[str, float], n: int, seq_tokens: int) -> None:
+        """A distillation or anchor micro-batch: its loss per sample, the distillation weights per token."""
+        self._add(f"{part}_loss", m["loss"] * n)
+        self._add(f"n_{part}", float(n))
+        if part == "distill":
+            for key in ("weight_mean", "weight_clip_frac", "clip_frac"):
+                self._add(f"distill_{key}", m[key] * m["n_tokens"])
+            self._add("distill_tokens", m["n_tokens"])
+        self.seq_tokens += seq_tokens
+
+    def result(self, n_batch: int) -> dict[str, float]:
+        s, tok = self.sums, self.sums.get("n_tokens", 0.0)
+        out = {key: s.get(key, 0.0) / tok if tok else 0.0 for key in self.TOKEN_MEANS}
+        out["loss"] = s.get("loss", 0.0) / n_batch
+        out["reward_mean"] = s.get("reward_mean", 0.0) / s["n_samples"] if s.get("n_samples") else 0.0
+        out["opd_adv_mean"] = s.get("opd_adv_mean", 0.0) / s["hinted_tokens"] if s.get("hinted_tokens") else 0.0
+        out |= {key: s.get(key, 0.0) for key in ("n_tokens", "n_samples", "n_hinted")}
+        for part in ("distill", "anchor"):
+            if s.get(f"n_{part}"):
+                out[f"{part}_loss"] = s[f"{part}_loss"] / s[f"n_{part}"]
+                out[f"n_{part}"] = s[f"n_{part}"]
+        if s.get("distill_tokens"):
+            for key in ("weight_mean", "weight_clip_frac", "clip_frac"):
+                out[f"distill_{key}"] = s[f"distill_{key}"] / s["distill_tokens"]
+        return out

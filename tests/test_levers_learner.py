@@ -1,0 +1,227 @@
+"""The levers in the learner and the trainer, on the tiny random Qwen3 GGUF (real transformers + peft on CPU).
+
+- AdamW state: a guard retry starts from the moments before the failed try (exact tensors), a
+  version keeps its moments in optimizer.safetensors, the next run loads them (exact tensors) and
+  its next step equals the one the first learner would have taken; the file is never exported;
+- sampling: seeded, batch-independent (left padding shifts nothing), stops at the end token;
+- context distillation: teacher replies learned in the student's prompt with the base's teacher log-probs;
+- the anchor: on a fresh LoRA (policy = base) it adds nothing to the gradient;
+- the trainer subprocess and `train()` take the options from config.toml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from clawdesk.config import TrainConfig
+from clawdesk.learn import optim_state, versions
+from clawdesk.learn.base_model import load_base
+from clawdesk.learn.learner import Learner
+from clawdesk.learn.samples import Sample
+from clawdesk.learn.sampling import sample_replies
+from clawdesk.learn.trainer import train
+from clawdesk.testing.judged_log import fill_judged
+from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
+
+VOCAB = 283
+SHA = "tiny-sha"
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_qwen3_gguf(tmp_path_factory.mktemp("tiny") / "tiny-qwen3.gguf")
+
+
+def _learner(gguf: Path, parent_dir: Path | None = None, **cfg) -> Learner:
+    model, info = load_base(gguf, device="cpu", load_in_4bit=False)
+    return Learner(model, info, TrainConfig(**({"lr": 1e-2, "epochs": 1} | cfg)), parent_dir=parent_dir)
+
+
+def _samples(n: int, seed: int, hint: bool = False) -> list[Sample]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(VOCAB) for _ in range(10)]
+        out.append(
+            Sample(
+                turn_id=i, prompt_ids=prompt, reply_ids=[rng.randrange(VOCAB) for _ in range(5 + i)],
+                reward=(1.0, -1.0)[i % 2], hint="h" if hint else None,
+                teacher_prompt_ids=[*prompt, 7, 8, 9] if hint else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _state(learner: Learner) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in learner.optimizer_tensors().items()}
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys() and a
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def _step(learner: Learner, samples: list[Sample]) -> dict[str, float]:
+    return learner.step(samples, *learner.score(samples), stop=lambda: False)
+
+
+def test_a_retry_restores_the_moments_from_before_the_failed_try(tiny_gguf):
+    learner = _learner(tiny_gguf, keep_optimizer=True)
+    _step(learner, _samples(4, seed=1))  # moments ≠ 0
+    before = _state(learner)
+    snap = learner.snapshot()
+    _step(learner, _samples(4, seed=2))  # the "failed try"
+    assert not torch.equal(next(iter(_state(learner).values())), next(iter(before.values())))
+    learner.restore(snap)
+    _assert_same(_state(learner), before)
+    # default (today's behaviour): a retry starts a fresh AdamW
+    fresh = _learner(tiny_gguf)
+    _step(fresh, _samples(4, seed=1))
+    snap = fresh.snapshot()
+    _step(fresh, _samples(4, seed=2))
+    fresh.restore(snap)
+    assert fresh.optimizer_tensors() == {}
+
+
+def test_moments_survive_a_run_and_the_next_step_is_the_same(tiny_gguf, tmp_path):
+    first = _learner(tiny_gguf, keep_optimizer=True)
+    _step(first, _samples(4, seed=1))
+    info = first.info
+    versions.write_adapter(first.model, tmp_path, arch=info.arch, n_head=info.n_head, n_head_kv=info.n_head_kv)
+    optim_state.save(tmp_path / optim_state.OPTIMIZER_FILE, first.optimizer_tensors())
+
+    second = _learner(tiny_gguf, parent_dir=tmp_path, keep_optimizer=True)
+    assert second.optimizer_source == f"kept from {tmp_path.name}"
+    _assert_same(_state(second), _state(first))
+
+    nxt = _samples(3, seed=5)
+    _step(first, nxt)
+    _step(second, nxt)
+    for a, b in zip(first.params, second.params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)  # same weights, same moments: the same step
+
+    cold = _learner(tiny_gguf, parent_dir=tmp_path)  # keep_optimizer off: fresh moments, as today
+    assert cold.optimizer_tensors() == {} and cold.optimizer_source == "fresh"
+
+
+def test_a_damaged_or_foreign_optimizer_file_leaves_fresh_moments(tiny_gguf, tmp_path):
+    first = _learner(tiny_gguf, keep_optimizer=True)
+    _step(first, _samples(2, seed=1))
+    info = first.info
+    versions.write_adapter(first.model, tmp_path, arch=info.arch, n_head=info.n_head, n_head_kv=info.n_head_kv)
+    tensors = first.optimizer_tensors()
+    key = next(k for k in tensors if k.endswith("::exp_avg"))
+    optim_state.save(tmp_path / optim_state.OPTIMIZER_FILE, tensors | {key: torch.zeros(3)})
+    learner = _learner(tiny_gguf, parent_dir=tmp_path, keep_optimizer=True)
+    assert learner.optimizer_tensors() == {} and "shape" in learner.optimizer_source
+    (tmp_path / optim_state.OPTIMIZER_FILE).write_bytes(b"not safetensors")
+    learner = _learner(tiny_gguf, parent_dir=tmp_path, keep_optimizer=True)
+    assert learner.optimizer_tensors() == {} and "delete the file" in learner.optimizer_source
+
+
+def test_sampling_is_seeded_batch_independent_and_stops_at_the_end_token(tiny_gguf):
+    model, _ = load_base(tiny_gguf, device="cpu", load_in_4bit=False)
+    prompts = [[5, 6, 7], list(range(20, 45)), [9]]
+    kw = {"max_tokens": 12, "eos_ids": [280], "device": "cpu"}
+    greedy = sample_replies(model, prompts, temperature=1e-4, seed=0, **kw)  # ≈ argmax
+    alone = [sample_replies(model, [p], temperature=1e-4, seed=0, **kw)[0] for p in prompts]
+    assert greedy == alone  # left padding changes no row
+    a = sample_replies(model, prompts, temperature=1.0, seed=3, **kw)
+    assert a == sample_replies(model, prompts, temperature=1.0, seed=3, **kw)
+    assert all(1 <= len(r) <= 12 for r in a)
+    stop = greedy[0][0]  # its first token made an end token: the reply is that one token
+    assert sample_replies(model, [prompts[0]], temperature=1e-4, seed=0, **(kw | {"eos_ids": [stop]}))[0] == [stop]
+
+
+def test_distill_samples_are_teacher_replies_in_the_student_prompt(tiny_gguf):
+    learner = _learner(tiny_gguf, distill_samples=2, distill_max_tokens=8)
+    samples = [*_samples(2, seed=3, hint=True), *_samples(1, seed=4)]
+    extra = learner.distill_samples(samples, seed=11)
+    assert len(extra) == 4  # 2 replies for each of the 2 hinted samples, none for the plain one
+    for k, x in enumerate(extra):
+        s = samples[k // 2]
+        assert x.prompt_ids == s.prompt_ids and 1 <= len(x.reply_ids) <= 8  # learned without the hint
+        base = learner.logprobs_each([(s.teacher_prompt_ids, x.reply_ids)], adapter=False)[0]
+        assert torch.equal(x.target_logp, base)  # the teacher is the base with the hint
+    metrics = learner.step(samples, *learner.score(samples), stop=lambda: False, distill=extra)
+    assert metrics["n_distill"] == 4 and metrics["distill_weight_mean"] > 0
+    before = [float(lp.sum()) for lp in learner.logprobs_each([(x.prompt_ids, x.reply_ids) for x in extra])]
+    for _ in range(3):
+        learner.step(samples, *learner.score(samples), stop=lambda: False, distill=extra)
+    after = [float(lp.sum()) for lp in learner.logprobs_each([(x.prompt_ids, x.reply_ids) for x in extra])]
+    assert sum(after) > sum(before)  # the student without the hint now writes the teacher's replies more
+
+
+def _capture_grads(learner: Learner, into: dict[str, torch.Tensor]) -> None:
+    """Replace the optimizer step with a copy of the gradient it would apply."""
+
+    def grab() -> None:
+        for n, p in zip(learner.param_names, learner.params, strict=True):
+            if p.grad is not None:
+                into[n] = p.grad.clone()
+
+    learner.optimizer.step = grab
+
+
+def test_anchor_adds_no_gradient_while_the_policy_is_the_base(tiny_gguf):
+    prompts = [[3, 4, 5, 6], [10, 11]]
+    samples = _samples(3, seed=6)
+    grads = []
+    for coef in (0.0, 5.0):
+        torch.manual_seed(0)  # the same fresh LoRA (random A, B = 0) both times
+        learner = _learner(tiny_gguf, anchor_coef=coef, anchor_max_tokens=6)
+        anchor = learner.anchor_replies(prompts, seed=0)
+        assert anchor is learner.anchor_replies(prompts, seed=0)  # sampled once per learner
+        assert [x.prompt_ids for x in anchor] == prompts
+        ref, teacher = learner.score(samples)
+        captured: dict[str, torch.Tensor] = {}
+        _capture_grads(learner, captured)
+        metrics = learner.step(samples, ref, teacher, stop=lambda: False, anchor=anchor)
+        grads.append(captured)
+        if coef:
+            assert metrics["anchor_loss"] == 0.0 and metrics["n_anchor"] == 2
+    _assert_same(grads[0], grads[1])
+
+
+def test_trainer_keeps_the_moments_per_version_and_continues_from_them(tiny_gguf, tmp_path):
+    from clawdesk.export import export_adapter
+
+    db, adapters = tmp_path / "clawdesk.db", tmp_path / "adapters"
+    fill_judged(db, 8, seed=1, vocab=VOCAB, sha=SHA, rewards=(1, -1), hint_every=2)
+    levers = {"keep_optimizer": True, "advantage": "baseline", "anchor_coef": 0.1, "anchor_max_tokens": 4}
+    levers |= {"distill_samples": 1, "distill_max_tokens": 4}
+    cfg = TrainConfig(batch_size=4, max_ppl_ratio=0, device="cpu", load_in_4bit=False, **levers)
+    seen = []
+    made = train(db, adapters, tiny_gguf, "tiny", SHA, cfg, steps=1, on_progress=seen.append)
+    assert made == [1] and (adapters / "v1" / optim_state.OPTIMIZER_FILE).is_file()
+    step = next(p for p in seen if p.phase == "step" and "loss" in p.metrics)
+    assert step.metrics["n_distill"] == 2 and step.metrics["n_anchor"] > 0
+    saved = optim_state.load(adapters / "v1" / optim_state.OPTIMIZER_FILE)
+    seen.clear()
+    assert train(db, adapters, tiny_gguf, "tiny", SHA, cfg, steps=1, on_progress=seen.append) == [2]
+    assert any("optimizer moments: kept from v1" in p.message for p in seen)
+    assert saved.keys() == optim_state.load(adapters / "v2" / optim_state.OPTIMIZER_FILE).keys()
+
+    from clawdesk.store import Store
+
+    store = Store.open(db)
+    try:
+        export_adapter(store, "peft", tmp_path / "export", n=2)
+    finally:
+        store.close()
+    files = {p.name for p in (tmp_path / "export").rglob("*")}
+    assert optim_state.OPTIMIZER_FILE not in files and "adapter_model.safetensors" in files
+
+
+def test_default_config_writes_no_optimizer_file(tiny_gguf, tmp_path):
+    db, adapters = tmp_path / "clawdesk.db", tmp_path / "adapters"
+    fill_judged(db, 4, seed=2, vocab=VOCAB, sha=SHA, rewards=(1, -1))
+    cfg = dataclasses.replace(TrainConfig(batch_size=4, max_ppl_ratio=0), device="cpu", load_in_4bit=False)
+    assert train(db, adapters, tiny_gguf, "tiny", SHA, cfg, steps=1) == [1]
+    assert not (adapters / "v1" / optim_state.OPTIMIZER_FILE).exists()

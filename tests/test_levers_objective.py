@@ -1,0 +1,141 @@
+"""The levers' loss terms (objective.py): identities and hand-computed gradients, on plain tensors.
+
+- the batch baseline: an all-+1 batch without hints gives exactly zero gradient through the binary term;
+- context distillation: at ratio 1 the gradient is −w/n per token with w = min(π_T/π_served, max_weight);
+  the PPO clip stops a token's push; padding never leaks;
+- the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from clawdesk.errors import TrainError
+from clawdesk.learn.objective import anchor_kl, centered_reward, combined_loss, distill_loss
+
+
+def _binary_batch(reward: list[float], hinted: list[bool], seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(reward), 6
+    old = -torch.rand(B, T, generator=g) * 3  # (B, T)
+    return {
+        "logp": (old + 0.2 * torch.randn(B, T, generator=g)).requires_grad_(),  # ratio ≠ 1: the clip could act
+        "old_logp": old,
+        "teacher_logp": -torch.rand(B, T, generator=g) * 3,
+        "ref_logp": -torch.rand(B, T, generator=g) * 3,
+        "reward": torch.tensor(reward),
+        "has_hint": torch.tensor(hinted),
+        "mask": torch.ones(B, T, dtype=torch.bool),
+    }
+
+
+def test_centered_reward_is_reward_minus_the_batch_mean():
+    assert centered_reward(torch.tensor([1.0, -1.0, 1.0, 1.0])).tolist() == [0.5, -1.5, 0.5, 0.5]
+    assert centered_reward(torch.tensor([1.0] * 5)).tolist() == [0.0] * 5
+    assert centered_reward(torch.tensor([-1.0] * 3)).tolist() == [0.0] * 3
+    assert centered_reward(torch.tensor([])).numel() == 0
+
+
+@pytest.mark.parametrize("value", [1.0, -1.0, 1.6667])
+def test_a_uniform_batch_without_hints_gives_zero_gradient_through_the_binary_term(value):
+    b = _binary_batch([value] * 4, [False] * 4)
+    raw = dict(b)
+    raw_loss, _ = combined_loss(**raw, beta_kl=0.0)
+    raw_loss.backward()
+    assert float(b["logp"].grad.abs().max()) > 1e-3  # without the baseline it trains toward (or away from) its samples
+    b["logp"].grad = None
+    loss, m = combined_loss(**{**b, "reward": centered_reward(b["reward"])}, beta_kl=0.0)
+    loss.backward()
+    assert torch.equal(b["logp"].grad, torch.zeros_like(b["logp"]))
+    assert m["adv_mean"] == 0.0
+
+
+def test_with_the_baseline_a_hinted_all_minus_one_batch_keeps_only_the_opd_signal():
+    b = _binary_batch([-1.0] * 3, [True, False, True], seed=4)
+    centered = {**b, "reward": centered_reward(b["reward"])}
+    loss, _ = combined_loss(**centered, beta_kl=0.0)
+    opd_only, _ = combined_loss(**{**b, "reward": torch.zeros(3)}, beta_kl=0.0)
+    assert loss.item() == pytest.approx(opd_only.item(), abs=1e-7)
+    assert loss.item() != pytest.approx(combined_loss(**b, beta_kl=0.0)[0].item(), abs=1e-3)
+
+
+def test_distill_at_ratio_one_is_weighted_sft_with_the_clipped_importance_weight():
+    old = torch.tensor([[-2.0, -1.0, -3.0, -0.5]])  # (1, 4)
+    teacher = old + torch.tensor([[0.0, math.log(2.0), 5.0, -math.log(4.0)]])  # w = 1, 2, clipped 4, 0.25
+    logp = old.clone().requires_grad_()
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    loss, m = distill_loss(logp, old, teacher, mask, max_weight=4.0)
+    w = torch.tensor([[1.0, 2.0, 4.0, 0.25]])
+    assert loss.item() == pytest.approx(-float(w.mean()), abs=1e-6)  # ρ = 1: ℓ = −w
+    loss.backward()
+    torch.testing.assert_close(logp.grad, -w / 4, atol=1e-6, rtol=0)  # ∂/∂logp (−ρ·w) = −w at ρ = 1, over 4 tokens
+    assert m["weight_mean"] == pytest.approx(float(w.mean()), abs=1e-6)
+    assert m["weight_clip_frac"] == pytest.approx(0.25)
+    assert m["clip_frac"] == 0.0
+
+
+def test_teacher_equal_to_served_policy_is_plain_sft_on_the_teacher_reply():
+    g = torch.Generator().manual_seed(2)
+    old = -torch.rand(2, 5, generator=g) * 2  # (2, 5)
+    logp = old.clone().requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    loss, _ = distill_loss(logp, old, old.clone(), mask)
+    loss.backward()
+    expected = -mask.float() / mask.sum(-1, keepdim=True) / 2  # −1/n per token, mean over the 2 samples
+    torch.testing.assert_close(logp.grad, expected, atol=1e-7, rtol=0)
+
+
+def test_the_ppo_clip_stops_a_token_the_student_already_took_far_enough():
+    old = torch.tensor([[-2.0, -2.0]])  # (1, 2)
+    teacher = old + 1.0  # w = e at both tokens
+    logp = (old + torch.tensor([[0.5, 0.1]])).requires_grad_()  # ρ = e^0.5 > 1.28 (clipped), e^0.1 inside
+    loss, m = distill_loss(logp, old, teacher, torch.ones(1, 2, dtype=torch.bool), eps_high=0.28)
+    loss.backward()
+    assert logp.grad[0, 0].item() == 0.0  # pushed far enough this batch: no more gradient
+    assert logp.grad[0, 1].item() == pytest.approx(-math.e * math.exp(0.1) / 2, rel=1e-5)
+    assert m["clip_frac"] == pytest.approx(0.5)
+
+
+def test_distill_padding_never_leaks_and_bad_shapes_are_named():
+    old = torch.tensor([[-1.0, float("nan")], [-2.0, -1.0]])
+    teacher = torch.tensor([[-0.5, float("inf")], [-2.0, -1.0]])
+    logp = torch.tensor([[-1.0, float("-inf")], [-2.0, -1.0]], requires_grad=True)
+    mask = torch.tensor([[True, False], [True, True]])
+    loss, _ = distill_loss(logp, old, teacher, mask)
+    loss.backward()
+    assert math.isfinite(loss.item()) and bool(torch.isfinite(logp.grad).all())
+    assert logp.grad[0, 1].item() == 0.0
+    with pytest.raises(TrainError, match="teacher_logp has shape"):
+        distill_loss(logp, old, teacher[:, :1], mask)
+    with pytest.raises(TrainError, match="max_weight"):
+        distill_loss(logp, old, teacher, mask, max_weight=0.5)
+
+
+def test_anchor_is_zero_with_zero_gradient_where_the_policy_is_the_base():
+    g = torch.Generator().manual_seed(5)
+    ref = -torch.rand(3, 7, generator=g) * 4  # (3, 7)
+    logp = ref.clone().requires_grad_()
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, :3] = False
+    loss, m = anchor_kl(logp, ref, mask)
+    loss.backward()
+    assert loss.item() == 0.0 and m["loss"] == 0.0
+    assert torch.equal(logp.grad, torch.zeros_like(logp))
+    assert m["n_tokens"] == 18.0
+
+
+def test_anchor_is_the_k3_estimate_and_pulls_back_toward_the_base():
+    ref = torch.tensor([[-1.0, -2.0, -3.0]])
+    delta = torch.tensor([[0.5, -0.5, 0.0]])
+    logp = (ref + delta).requires_grad_()
+    loss, _ = anchor_kl(logp, ref, torch.ones(1, 3, dtype=torch.bool))
+    expected = float((delta.exp() - delta - 1).mean())
+    assert loss.item() == pytest.approx(expected, abs=1e-6) and loss.item() > 0
+    loss.backward()
+    torch.testing.assert_close(logp.grad, (delta.exp() - 1) / 3, atol=1e-6, rtol=0)
+    assert logp.grad[0, 0] > 0 > logp.grad[0, 1]  # descent lowers a token the policy made likelier, raises the other
+    with pytest.raises(TrainError, match="share one"):
+        anchor_kl(logp, ref[:, :2], torch.ones(1, 3, dtype=torch.bool))
