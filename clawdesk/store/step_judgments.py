@@ -20,8 +20,10 @@ from clawdesk.store.rules import learnable_turn, tool_step
 from clawdesk.store.steps import Step, ToolCallRecord, list_steps, tool_calls
 from clawdesk.store.tokens import pack_ids
 
+# Starts from the steps that made calls, not from every step: since m007 every plain turn has one too.
 _PENDING = f"""
-    FROM steps st
+    FROM (SELECT DISTINCT step_id FROM tool_calls) called
+    CROSS JOIN steps st ON st.id = called.step_id
     JOIN turns t ON t.id = st.turn_id
     JOIN sessions s ON s.id = t.session_id
     LEFT JOIN judgments sj ON sj.step_id = st.id
@@ -30,7 +32,6 @@ _PENDING = f"""
       AND t.status IN ('finished', 'length')
       AND st.status IN ('finished', 'length')
       AND {tool_step("st")}
-      AND EXISTS (SELECT 1 FROM tool_calls c WHERE c.step_id = st.id)
 """
 
 
