@@ -83,7 +83,7 @@ def build(store, n_turns: int, *, seed: int = 0) -> dict[str, int]:
                 "bench-model", "/models/bench.gguf", sha, None, len(pb) // 4, len(rb) // 4, 0, 250.0, 40.0,
                 _iso(at - timedelta(seconds=5)), _iso(at), learning,
             ))  # fmt: skip
-            tokens.append((turn_id, pb, rb))
+            tokens.append((turn_id, pb, rb))  # also its step 0 (a plain turn is a one-step turn), id = turn id
             vetoed = rng.random() < 0.005
             rating = rng.choice((1, -1)) if rng.random() < 0.02 else None
             if vetoed or rating is not None:
@@ -126,9 +126,14 @@ def build(store, n_turns: int, *, seed: int = 0) -> dict[str, int]:
             turns,
         )
         ex("INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)", tokens)
+        store.db.execute(  # judgments and samples are keyed by step (m007): each turn's step 0, same id
+            "INSERT INTO steps(id, turn_id, idx, prompt_ids, reply_ids, reply_content, status, started_at, finished_at)"
+            " SELECT t.id, t.id, 0, tt.prompt_ids, tt.reply_ids, t.reply_content, t.status, t.started_at, t.finished_at"
+            " FROM turns t JOIN turn_tokens tt ON tt.turn_id = t.id"
+        )
         ex(
-            "INSERT INTO judgments(turn_id, status, next_turn_id, reward, hint, enhanced_prompt_ids, votes, note, "
-            "judged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO judgments(step_id, next_state, status, next_turn_id, reward, hint, enhanced_prompt_ids, votes,"
+            " note, judged_at) VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, ?)",
             judgments,
         )
         ex("INSERT INTO feedback(turn_id, rating, vetoed, updated_at) VALUES (?, ?, ?, ?)", feedback)
@@ -137,7 +142,7 @@ def build(store, n_turns: int, *, seed: int = 0) -> dict[str, int]:
             "validation, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             adapters,
         )
-        ex("INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, ?, ?)", samples)
+        ex("INSERT INTO adapter_samples(version, step_id, reward, has_hint) VALUES (?, ?, ?, ?)", samples)
     # `clawdesk adapters off` after the last version: the adapter files are not generated, so none is served.
     store.set_setting("active_adapter", None)
 

@@ -23,7 +23,7 @@ from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
 from clawdesk.store import Session, Store
-from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn
+from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
 from clawdesk.tools.consent import Consent, Decision
 from clawdesk.tools.format import CallError, parse_tool_calls, tool_messages
 from clawdesk.tools.registry import Registry, check_arguments
@@ -295,8 +295,9 @@ class _Run:
             latency_ms=outcomes[0].reply.latency_ms,  # what the user waited for the first text
             dropped_turns=final.prompt.dropped_turns,
         )
-        if self.schemas is None:  # a plain turn: its one step is the turn row
-            turn_id, step_ids = self.store.add_turn(self.session.id, turn), []
+        if self.schemas is None:  # a plain turn: the store writes its one step (step 0) with the turn row
+            turn_id = self.store.add_turn(self.session.id, turn)
+            step_ids = [s.id for s in list_steps(self.store, turn_id)]
         else:
             steps = [
                 NewStep(

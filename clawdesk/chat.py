@@ -56,8 +56,8 @@ class StepOutcome:
 class TurnResult:
     """A recorded turn: its steps (a plain chat turn is one step) and why the loop stopped.
 
-    ``reply`` is the final step's. ``step_ids`` are the ``steps`` rows (empty for a turn served
-    without tools: its one step is the turn row itself). ``stopped``: "" (the model answered),
+    ``reply`` is the final step's. ``step_ids`` are the ``steps`` rows (one for a turn served
+    without tools: its step 0, the answer). ``stopped``: "" (the model answered),
     "cancelled" (between steps or in a tool), "max_steps", or "context" (the results did not fit the
     context window for another step; the turn is recorded as "length").
     """

@@ -304,8 +304,10 @@ def test_the_demo_model_answers_as_a_plain_chat(engine, store, config):
         result = agent.run_turn(store, session.id, "Hello!", on_event=events.append)
     finally:
         registry.close()
-    assert list_steps(store, result.turn_id) == []  # a turn served without tools has no steps rows
+    (step,) = list_steps(store, result.turn_id)  # a turn served without tools is a one-step turn
     assert store.turn_tokens(result.turn_id) == (result.reply.prompt_ids, result.reply.reply_ids)
+    assert (step.idx, step.prompt_ids, step.reply_ids) == (0, result.reply.prompt_ids, result.reply.reply_ids)
+    assert result.step_ids == (step.id,)
     assert events[0] == StepStarted(0) and all(isinstance(e, StepText) for e in events[1:])
     assert "".join(e.delta.text for e in events[1:]).strip() == result.reply.raw_text.strip()
     assert [t.id for t in store.list_turns(session.id)] == [result.turn_id]
@@ -319,10 +321,10 @@ def test_a_plain_turn_is_one_step_whose_calls_are_never_run(agent_config, qwen3_
     assert not agent.tools_active
     session = agent.new_session(store)
     result = agent.run_turn(store, session.id, "Write x.txt")
-    assert len(result.steps) == 1 and result.step_ids == () and result.stopped == ""
+    assert len(result.steps) == 1 and len(result.step_ids) == 1 and result.stopped == ""
     assert result.status == "finished" and not result.steps[0].items
     assert len(engine.prompts) == 1 and not (workspace / "x.txt").exists()
-    assert list_steps(store, result.turn_id) == []
+    assert [s.id for s in list_steps(store, result.turn_id)] == list(result.step_ids)
     assert store.get_turn(result.turn_id).reply_content == result.reply.content
 
 

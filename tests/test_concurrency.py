@@ -149,8 +149,9 @@ def test_writer_judge_and_trainer_processes_share_one_db_without_locks_or_lost_r
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         turn_ids = [r[0] for r in conn.execute("SELECT id FROM turns ORDER BY id")]
-        judged = [r[0] for r in conn.execute("SELECT turn_id FROM judgments WHERE status = 'judged' ORDER BY turn_id")]
-        used = [r[0] for r in conn.execute("SELECT turn_id FROM adapter_samples ORDER BY turn_id")]
+        by_turn = "SELECT st.turn_id FROM {} x JOIN steps st ON st.id = x.step_id {} ORDER BY st.turn_id"
+        judged = [r[0] for r in conn.execute(by_turn.format("judgments", "WHERE x.status = 'judged'"))]
+        used = [r[0] for r in conn.execute(by_turn.format("adapter_samples", ""))]
         n_versions = conn.execute("SELECT count(*) FROM adapters").fetchone()[0]
         seqs = conn.execute("SELECT count(*), count(DISTINCT session_id || '/' || seq) FROM turns").fetchone()
         tokens = conn.execute("SELECT count(*) FROM turn_tokens").fetchone()[0]

@@ -330,7 +330,7 @@ def test_second_training_run_is_refused_while_one_holds_the_lock(tiny_gguf, data
     store = Store.open(data["db"])
     try:
         assert [v.version for v in versions.list_versions(store)] == [1]
-        assert store.db.execute("SELECT count(*), count(DISTINCT turn_id) FROM adapter_samples").fetchone() == (4, 4)
+        assert store.db.execute("SELECT count(*), count(DISTINCT step_id) FROM adapter_samples").fetchone() == (4, 4)
     finally:
         store.close()
 
@@ -402,7 +402,8 @@ def test_judge_killed_after_two_judgments_saves_only_complete_rows(home):
     assert integrity(db) == "ok"
     store = Store.open(db)
     try:
-        rows = [r["turn_id"] for r in store.db.query("SELECT turn_id FROM judgments ORDER BY turn_id")]
+        sql = "SELECT st.turn_id FROM judgments j JOIN steps st ON st.id = j.step_id ORDER BY st.turn_id"
+        rows = [r["turn_id"] for r in store.db.query(sql)]
         assert set(reported) <= set(rows) and len(rows) <= 3  # the one in progress is absent (or whole)
         for tid in rows:
             j = get_judgment(store, tid)
@@ -433,7 +434,7 @@ def test_judgment_writer_killed_mid_save_never_leaves_half_a_row(home):
         assert integrity(db) == "ok"
         store = Store.open(db)
         try:
-            rows = list(store.db.query("SELECT turn_id FROM judgments"))
+            rows = list(store.db.query("SELECT st.turn_id FROM judgments j JOIN steps st ON st.id = j.step_id"))
             assert reported <= len(rows) <= reported + 1  # at most the save in flight committed unreported
             reported = len(rows)
             for r in rows:

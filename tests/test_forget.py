@@ -48,7 +48,8 @@ def _agent_turn(store: Store, session_id: int, text: str, *, tool_result: str, s
     turn_id, step_ids = add_agent_turn(store, session_id, _turn(text, prompt_ids=[1, 2, 9, 3]), steps)
     with store.transaction():
         store.db.execute(
-            "INSERT INTO step_judgments(step_id, hint, judged_at) VALUES (?, ?, ?)", [step_ids[0], step_hint, at]
+            "INSERT INTO judgments(step_id, next_state, status, hint, judged_at) VALUES (?, 'tools', 'judged', ?, ?)",
+            [step_ids[0], step_hint, at],
         )
     return turn_id
 
@@ -72,8 +73,10 @@ def _version(store: Store, n: int, turn_ids: list[int], parent: int | None = Non
             [n, parent, f"/nowhere/v{n}", len(turn_ids), now_iso()],
         )
         for t in turn_ids:
-            store.db.execute(
-                "INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, 1, 0)", [n, t]
+            store.db.execute(  # a turn's own sample is keyed by its final step
+                "INSERT INTO adapter_samples(version, step_id, reward, has_hint)"
+                " SELECT ?, id, 1, 0 FROM steps WHERE turn_id = ? ORDER BY idx DESC LIMIT 1",
+                [n, t],
             )
 
 
@@ -117,6 +120,7 @@ def test_forget_session_leaves_no_text_in_the_files(store, config, two_chats):
     try:
         assert [s.id for s in app.list_sessions()] == [b, a]
         assert MARKER in raw_bytes(config.db_path)  # the check below can fail
+        a_steps = [st.id for t in a_ids for st in list_steps(store, t)]
 
         result = forget_session(store, a)
 
@@ -127,9 +131,12 @@ def test_forget_session_leaves_no_text_in_the_files(store, config, two_chats):
         for table, column in TURN_TABLES:
             n = store.db.execute(f"SELECT count(*) FROM {table} WHERE {column} IN (?, ?, ?)", a_ids).fetchone()[0]
             assert n == 0, table
-        # The agent turn's steps went, and with them its tool call (whose result held the marker) and step judgment.
+        # The turns' steps went, and with them the tool call (whose result held the marker), judgments and samples.
+        marks = ",".join("?" * len(a_steps))
         for table in STEP_TABLES:
-            assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+            n = store.db.execute(f"SELECT count(*) FROM {table} WHERE step_id IN ({marks})", a_steps).fetchone()[0]
+            assert n == 0, table
+        assert store.db.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
         # The other chat is untouched, and the running app still reads it.
         assert [s.id for s in app.list_sessions()] == [b]
         assert [t.id for t in app.list_turns(b)] == b_ids
@@ -188,7 +195,7 @@ def test_forget_turn_scrubs_later_agent_steps_and_trained_on_sees_step_samples(s
     step_ids = [st.id for st in list_steps(store, later)]
     _version(store, 1, [])
     with store.transaction():
-        store.db.execute("INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (1, ?, 1, 0)",
+        store.db.execute("INSERT INTO adapter_samples(version, step_id, reward, has_hint) VALUES (1, ?, 1, 0)",
                          [step_ids[0]])  # fmt: skip
     assert trained_on(store, [later]) == [1] and trained_on(store, [first]) == []
 
@@ -197,7 +204,7 @@ def test_forget_turn_scrubs_later_agent_steps_and_trained_on_sees_step_samples(s
     steps = list_steps(store, later)
     assert [st.id for st in steps] == step_ids and [st.prompt_ids for st in steps] == [[], []]
     assert [c.result for c in tool_calls(store, step_ids[0])] == ["3 lines"]  # still readable in the chat
-    assert store.db.execute("SELECT count(*) FROM step_judgments").fetchone() == (0,)
+    assert store.db.execute("SELECT count(*) FROM judgments").fetchone() == (0,)
 
 
 def test_trained_on_follows_continued_versions(store, two_chats):

@@ -96,7 +96,11 @@ def test_veto_incognito_learning_off_other_base_and_unjudged_give_nothing(st, se
     judged(st, session.id, 1, sha="other-base")
     add_turn(st, session.id)  # never judged
     dropped = add_turn(st, session.id)
-    st.db.execute("INSERT INTO judgments(turn_id, status, judged_at) VALUES (?, 'dropped', ?)", [dropped, now_iso()])
+    st.db.execute(
+        "INSERT INTO judgments(step_id, next_state, status, judged_at) SELECT id, 'user', 'dropped', ? FROM steps"
+        " WHERE turn_id = ?",
+        [now_iso(), dropped],
+    )
     judged(st, session.id, 1, reply=())  # nothing to score
     st.set_learning(False)
     judged(st, session.id, 1)

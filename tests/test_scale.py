@@ -34,8 +34,8 @@ from clawdesk.store.judgments import (
     set_veto,
 )
 from clawdesk.store.judgments import forget as forget_judgment
-from clawdesk.store.migrations import _JUDGE_DONE, _SAMPLE_DONE
-from clawdesk.store.samples import _union, count_ready, ready_samples
+from clawdesk.store.migrations import STEP_JUDGE_DONE, STEP_SAMPLE_DONE
+from clawdesk.store.samples import _ready, count_ready, ready_samples
 
 SHA = "scale-test-sha"
 
@@ -73,9 +73,9 @@ def test_judge_queries_read_the_unjudged_index_not_every_turn(store):
 
 
 def test_counting_ready_samples_starts_from_the_untrained_judgments(store):
-    plan = _plan(store, f"SELECT count(*) FROM ({_union('stepwise')})", {"sha": SHA})
-    assert re.search(r"SCAN j USING (COVERING )?INDEX judgments_untrained", plan), plan
-    assert "SCAN st" in plan, plan  # the tool-step half starts from the steps, not from every turn
+    plan = _plan(store, f"SELECT count(*) FROM ({_ready('stepwise')})", {"sha": SHA})
+    assert re.search(r"SCAN j USING (COVERING )?INDEX judgments_untrained", plan), plan  # turns and tool steps
+    assert "SCAN st" not in plan, plan  # no longer a second half that scans every step
     assert "SCAN t\n" not in plan + "\n" and "SCAN t USING" not in plan, plan
 
 
@@ -100,9 +100,9 @@ def test_recent_sessions_pages_newest_first(store):
 
 
 def _flags_match_facts(store: Store) -> None:
-    wrong = store.db.execute(f"SELECT id FROM turns WHERE judge_done != ({_JUDGE_DONE})").fetchall()
+    wrong = store.db.execute(f"SELECT id FROM turns WHERE judge_done != ({STEP_JUDGE_DONE})").fetchall()
     assert wrong == [], "turns.judge_done disagrees with judgments, feedback and sessions"
-    wrong = store.db.execute(f"SELECT turn_id FROM judgments WHERE sample_done != ({_SAMPLE_DONE})").fetchall()
+    wrong = store.db.execute(f"SELECT step_id FROM judgments WHERE sample_done != ({STEP_SAMPLE_DONE})").fetchall()
     assert wrong == [], "judgments.sample_done disagrees with adapter_samples, the signal and the thumbs"
 
 
@@ -110,8 +110,9 @@ def _reference_pending(store: Store) -> tuple[list[int], int]:
     """What the judge queries returned before m006: the same rules with no flag and no index."""
     rows = store.db.execute(
         f"""SELECT t.id, {_NEXT} IS NOT NULL FROM turns t JOIN sessions s ON s.id = t.session_id
-        LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id
-        WHERE j.turn_id IS NULL AND t.learning = 1 AND s.incognito = 0
+        LEFT JOIN feedback f ON f.turn_id = t.id
+        WHERE NOT EXISTS (SELECT 1 FROM steps st JOIN judgments j ON j.step_id = st.id
+                          WHERE st.turn_id = t.id AND j.next_state = 'user') AND t.learning = 1 AND s.incognito = 0
           AND t.status IN ('finished', 'length') AND coalesce(f.vetoed, 0) = 0 ORDER BY t.id"""
     ).fetchall()
     return [tid for tid, has_next in rows if has_next], sum(1 for _, has_next in rows if not has_next)
@@ -127,9 +128,10 @@ def _reference_ready_for(store: Store, sha: str) -> list[int]:
         r[0]
         for r in store.db.execute(
             """SELECT t.id FROM turns t JOIN sessions s ON s.id = t.session_id JOIN turn_tokens tt ON tt.turn_id = t.id
-            JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id
+            JOIN steps fin ON fin.turn_id = t.id JOIN judgments j ON j.step_id = fin.id AND j.next_state = 'user'
+            LEFT JOIN feedback f ON f.turn_id = t.id
             WHERE t.model_sha256 = ? AND t.learning = 1 AND s.incognito = 0 AND coalesce(f.vetoed, 0) = 0
-              AND j.status = 'judged' AND t.id NOT IN (SELECT turn_id FROM adapter_samples)
+              AND j.status = 'judged' AND fin.id NOT IN (SELECT step_id FROM adapter_samples)
               AND (coalesce(f.rating, j.reward, 0) != 0 OR j.hint IS NOT NULL) ORDER BY t.id""",
             [sha],
         )
@@ -150,7 +152,12 @@ def test_narrowed_queries_answer_as_before_through_every_writer(store, tmp_path,
     for step in range(70):
         op = rng.choice(OPS)
         turn_ids = [r[0] for r in store.db.execute("SELECT id FROM turns")]
-        judged = [r[0] for r in store.db.execute("SELECT turn_id FROM judgments WHERE status = 'judged'")]
+        judged = [
+            r[0]
+            for r in store.db.execute(
+                "SELECT st.turn_id FROM judgments j JOIN steps st ON st.id = j.step_id WHERE j.status = 'judged'"
+            )
+        ]
         if op == "turn" or not turn_ids:
             store.set_learning(rng.random() > 0.1)
             status = "cancelled" if rng.random() < 0.1 else "finished"

@@ -175,7 +175,10 @@ def test_step_samples_are_trained_once_and_recorded_with_their_version(st, tmp_p
     )  # fmt: skip
     versions.record_version(st, version=1, path=tmp_path / "v1", samples=batch, **record)
     assert ready_samples(st, SHA) == [] and count_ready(st, SHA) == 0
-    rows = st.db.execute("SELECT version, step_id, reward, has_hint FROM adapter_step_samples ORDER BY step_id")
+    rows = st.db.execute(
+        "SELECT version, step_id, reward, has_hint FROM adapter_samples WHERE step_id IN (?, ?) ORDER BY step_id",
+        [s0, s1],
+    )
     assert [tuple(r) for r in rows] == [(1, s0, 2.0, 0), (1, s1, 0.0, 1)]
     assert versions.version_samples(st, 1) == [{"turn_id": turn_id, "reward": 1.0, "has_hint": False}]
     with pytest.raises(TrainError, match=rf"tool step {s0} \(v1\)"):
@@ -202,7 +205,7 @@ def test_incognito_learning_off_vetoed_other_base_and_forgotten_turns_give_no_st
     assert {s.turn_id for s in ready_samples(st, SHA)} == {kept} and len(rewards(st)) == 3
     forget_turn(st, kept)  # its steps, step judgments (and step samples) go with it
     assert rewards(st) == []
-    assert st.db.execute("SELECT count(*) FROM step_judgments sj JOIN steps s ON s.id = sj.step_id").fetchone()[0] == 8
+    assert st.db.execute("SELECT count(*) FROM judgments WHERE next_state = 'tools'").fetchone()[0] == 8
     assert st.db.execute("SELECT count(*) FROM steps WHERE turn_id = ?", [kept]).fetchone()[0] == 0
 
 
@@ -430,7 +433,9 @@ def test_a_training_step_on_tool_steps_records_them_and_the_reward_mode(tmp_path
         assert [(s["step_id"], s["reward"], s["has_teacher"]) for s in meta["samples"]] == [
             (s0, -1.0, False), (s1, -1.0, True), (None, -1.0, False),
         ]  # fmt: skip
-        rows = st.db.execute("SELECT step_id, reward, has_hint FROM adapter_step_samples WHERE version = 1")
+        rows = st.db.execute(
+            "SELECT step_id, reward, has_hint FROM adapter_samples WHERE version = 1 AND step_id IN (?, ?)", [s0, s1]
+        )
         assert sorted(tuple(r) for r in rows) == [(s0, -1.0, 0), (s1, -1.0, 1)]
         assert count_ready(st, SHA, step_reward="outcome") == 0 and count_ready(st, SHA) == 0
     finally:

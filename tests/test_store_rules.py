@@ -100,7 +100,7 @@ def test_one_learnable_rule_for_the_judge_queue_the_samples_and_the_export(st):
     # Judged anyway (as an older version might have): still never a sample nor exported.
     for turn_id in range(1, 9):
         _judge(st, turn_id, 1)
-    for step_id in (1, 2, 4, 5, 7, 8, 10, 11):  # every tool step of every chat
+    for step_id in (1, 2, 5, 6, 9, 10, 13, 14):  # every tool step of every chat (each "thanks" is a step too)
         save_step_judgment(st, StepJudgment(step_id, "t", "j", "j", [""], [1], [], None, None, 0.0))
     learnable = [ok, ok + 1, vetoed + 1]  # the vetoed chat's next message was not vetoed
     assert [s.turn_id for s in ready_samples(st, SHA) if s.step_id is None] == learnable

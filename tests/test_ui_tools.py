@@ -374,8 +374,8 @@ async def test_status_bar_tools_field(config, store, registry, qwen3_template):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.status_bar.extra_fields["tools"] == NEEDS_TOOL_MODEL
-        await send_and_wait(pilot, "Hello")  # a plain turn: no steps rows, no blocks
-        assert blocks(app) == [] and list_steps(store, only_turn(store).id) == []
+        await send_and_wait(pilot, "Hello")  # a plain turn: one step (its answer), no blocks
+        assert blocks(app) == [] and [s.idx for s in list_steps(store, only_turn(store).id)] == [0]
 
     app = RecordingApp(config, tool_engine(qwen3_template, ["Hi."]), store, registry=registry)
     async with app.run_test(size=SIZE) as pilot:
@@ -418,7 +418,8 @@ async def test_what_i_learned_lists_tool_steps_with_their_votes(config, store, r
     assert step_lines(store, turn.id) == ["step 1: read_file → ok · not judged yet"]
     with store.transaction():
         store.db.execute(
-            "INSERT INTO step_judgments (step_id, votes, hint, judged_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO judgments (step_id, next_state, status, votes, hint, judged_at)"
+            " VALUES (?, 'tools', 'judged', ?, ?, ?)",
             [first.id, json.dumps([1, 1, -1]), None, "2026-01-01T00:00:00"],
         )
     assert step_lines(store, turn.id) == ["step 1: read_file → ok · votes +1 +1 −1 (mean +0.33)"]

@@ -7,7 +7,7 @@ Version ``N`` lives in ``<adapters dir>/v<N>``::
     metadata.json                                    base name + sha256, samples, metrics, validation
 
 The dir is filled under a hidden staging name and renamed into place only when complete, then the
-``adapters`` row and its ``adapter_samples`` rows are written in one transaction
+``adapters`` row and its ``adapter_samples`` rows (one per step trained on) are written in one transaction
 (:mod:`clawdesk.store.versions` owns the rows), so a crash leaves
 either nothing or a dir without a row (its number is then skipped, never reused). Only rows with
 status ``'ready'`` are ever served; ``'rejected'`` ones stay on disk and in the log for inspection.
@@ -270,8 +270,8 @@ def run_lock(adapters_dir: Path) -> Iterator[None]:
     """Hold ``<adapters_dir>/.train.lock``: one training run per adapters dir, or a :class:`TrainError`.
 
     Two runs would race for version numbers and samples. POSIX advisory lock, released when the
-    process ends however it ends; where ``fcntl`` is missing (Windows) the UNIQUE ``turn_id`` of
-    ``adapter_samples`` still refuses a second use of a turn.
+    process ends however it ends; where ``fcntl`` is missing (Windows) the UNIQUE ``step_id`` of
+    ``adapter_samples`` still refuses a second use of a turn or step.
     """
     try:
         adapters_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -20,22 +20,20 @@ from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store.log import Store, now_iso, title_from
 from clawdesk.store.versions import active_adapter
 
-# Tables keyed by a step of the agent loop (clawdesk.store.steps), whose steps belong to a turn: tool
-# calls (arguments and results: file contents, shell output), step judgments and step samples.
-STEP_TABLES: tuple[str, ...] = ("tool_calls", "step_judgments", "adapter_step_samples")
+# Tables keyed by a step (clawdesk.store.steps; every turn has at least one), whose steps belong to a
+# turn: tool calls (arguments and results: file contents, shell output), judgments and samples (m007).
+STEP_TABLES: tuple[str, ...] = ("tool_calls", "judgments", "adapter_samples")
 
 # Every (table, column) whose rows belong to a turn id and carry its words or what was learned
 # from it. The foreign keys cascade most of these, but deleting them by name does not depend on
 # `PRAGMA foreign_keys`, and a future table (tool calls, an FTS index) is one more line here.
 TURN_TABLES: tuple[tuple[str, str], ...] = (
     ("turn_tokens", "turn_id"),
-    ("judgments", "turn_id"),
     # A judgment's hint and teacher prompt are made of its *next* message: forgetting that
     # message must take the judgment of the turn before it too.
     ("judgments", "next_turn_id"),
     ("feedback", "turn_id"),
-    ("adapter_samples", "turn_id"),
-    # The agent loop's steps (exact prompts and replies); their STEP_TABLES rows are deleted first.
+    # The steps (exact prompts and replies); their STEP_TABLES rows are deleted first.
     ("steps", "turn_id"),
 )
 
@@ -93,12 +91,7 @@ def compaction_pending_message() -> str:
 def trained_on(store: Store, turn_ids: Iterable[int]) -> list[int]:
     """Adapter versions trained on any of ``turn_ids``, plus every version continued from one of those."""
     turn_ids = list(turn_ids)
-    direct = _ids_query(store, "SELECT DISTINCT version FROM adapter_samples WHERE turn_id IN ({})", turn_ids)
-    direct += _ids_query(
-        store,
-        f"SELECT DISTINCT version FROM adapter_step_samples WHERE step_id IN ({_STEPS_OF})",
-        turn_ids,
-    )
+    direct = _ids_query(store, f"SELECT DISTINCT version FROM adapter_samples WHERE step_id IN ({_STEPS_OF})", turn_ids)
     tainted = set(direct)
     # A version continues training from its parent's weights, so what the parent learned lives on in it.
     for version, parent in store.db.execute("SELECT version, parent_version FROM adapters ORDER BY version"):
@@ -222,10 +215,9 @@ def _delete(
     _ids_exec(store, "DELETE FROM turns WHERE id IN ({})", turn_ids)
     # Later turns of the chat keep their text but lose the token ids and judgments that held the forgotten turn.
     _ids_exec(store, "DELETE FROM turn_tokens WHERE turn_id IN ({})", scrub_ids)
-    _ids_exec(store, "DELETE FROM judgments WHERE turn_id IN ({})", scrub_ids)
-    # Their agent steps' prompts held it as well: the ids go (the steps and tool calls stay readable), and
-    # so do step judgments, whose teacher prompts are those prompts plus a hint.
-    _ids_exec(store, f"DELETE FROM step_judgments WHERE step_id IN ({_STEPS_OF})", scrub_ids)
+    # Their steps' prompts held it as well: the ids go (the steps and tool calls stay readable), and so do
+    # their judgments, the turn's own and its tool steps', whose teacher prompts are those prompts plus a hint.
+    _ids_exec(store, f"DELETE FROM judgments WHERE step_id IN ({_STEPS_OF})", scrub_ids)
     _ids_exec(store, "UPDATE steps SET prompt_ids = X'' WHERE turn_id IN ({})", scrub_ids)
     for turn_id in scrub_ids:
         db.execute(

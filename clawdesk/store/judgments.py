@@ -1,5 +1,10 @@
 """The learning side of the turn log: which turns await judging, judgments, thumbs and vetoes.
 
+Judgments are keyed by step (``judgments.step_id``, migration m007): a turn's judgment is the one
+of its final step (:func:`clawdesk.store.rules.final_step`), judged from the user's next message
+(``next_state = 'user'``); tool steps' judgments (``next_state = 'tools'``) are
+:mod:`clawdesk.store.step_judgments`'.
+
 A turn can be judged once it has a *next state* (the user's next message in the same session),
 when it may be learned from (:func:`clawdesk.store.rules.learnable_turn`: learning ON, not
 incognito, not vetoed) and finished (not cancelled). Turns still waiting for a next state past
@@ -15,7 +20,7 @@ from typing import Any
 
 from clawdesk.errors import NotFoundError
 from clawdesk.store.log import Store, Turn, now_iso
-from clawdesk.store.rules import learnable_turn
+from clawdesk.store.rules import final_step, learnable_turn, turn_judged
 from clawdesk.store.tokens import pack_ids, unpack_ids
 
 # ``turns_unjudged`` (m006) holds only the turns the judge still has to look at (``judge_done = 0``): its
@@ -23,9 +28,8 @@ from clawdesk.store.tokens import pack_ids, unpack_ids
 _JUDGEABLE = f"""
     FROM turns t INDEXED BY turns_unjudged
     JOIN sessions s ON s.id = t.session_id
-    LEFT JOIN judgments j ON j.turn_id = t.id
     LEFT JOIN feedback f ON f.turn_id = t.id
-    WHERE j.turn_id IS NULL AND t.judge_done = 0 AND {learnable_turn("t", "s", "f")}
+    WHERE t.judge_done = 0 AND NOT {turn_judged("t")} AND {learnable_turn("t", "s", "f")}
       AND t.status IN ('finished', 'length')
 """
 _NEXT = "(SELECT n.id FROM turns n WHERE n.session_id = t.session_id AND n.seq = t.seq + 1)"
@@ -104,35 +108,42 @@ def drop_stale(store: Store, max_age_hours: float, *, now: datetime | None = Non
     with store.transaction():
         for row in rows:
             store.db.execute(
-                "INSERT INTO judgments(turn_id, status, note, judged_at) VALUES (?, 'dropped', ?, ?)",
-                [row["id"], f"no next message within {max_age_hours:g} h", now_iso()],
+                "INSERT INTO judgments(step_id, next_state, status, note, judged_at) "
+                f"SELECT st.id, 'user', 'dropped', ?, ? FROM steps st WHERE st.turn_id = ? AND {final_step('st')}",
+                [f"no next message within {max_age_hours:g} h", now_iso(), row["id"]],
             )
     return len(rows)
 
 
 def save_judgment(store: Store, j: Judgment) -> None:
+    """Record the judgment of turn ``j.turn_id`` (on its final step, from the user), replacing any earlier one."""
     with store.transaction():
-        store.db.execute(
-            """INSERT OR REPLACE INTO judgments(turn_id, status, next_turn_id, prompt_version, judge_model_name,
-                judge_model_sha256, score_outputs, votes, reward, hint_outputs, hint, enhanced_user,
+        cur = store.db.execute(
+            f"""INSERT OR REPLACE INTO judgments(step_id, next_state, status, next_turn_id, prompt_version,
+                judge_model_name, judge_model_sha256, score_outputs, votes, reward, hint_outputs, hint, enhanced_user,
                 enhanced_prompt_ids, seconds, note, judged_at)
-               VALUES (?, 'judged', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               SELECT st.id, 'user', 'judged', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+               FROM steps st WHERE st.turn_id = ? AND {final_step("st")}""",
             [
-                j.turn_id, j.next_turn_id, j.prompt_version, j.judge_model_name, j.judge_model_sha256,
+                j.next_turn_id, j.prompt_version, j.judge_model_name, j.judge_model_sha256,
                 json.dumps(j.score_outputs), json.dumps(j.votes), j.reward, json.dumps(j.hint_outputs), j.hint,
                 j.enhanced_user, pack_ids(j.enhanced_prompt_ids) if j.enhanced_prompt_ids else None,
-                j.seconds, j.note, now_iso(),
+                j.seconds, j.note, now_iso(), j.turn_id,
             ],
         )  # fmt: skip
+        if cur.rowcount != 1:
+            raise NotFoundError(f"no turn with id {j.turn_id} (or it has no recorded step) to save a judgment for")
 
 
 def get_judgment(store: Store, turn_id: int) -> dict[str, Any] | None:
-    rows = list(store.db.query("SELECT * FROM judgments WHERE turn_id = ?", [turn_id]))
+    """The turn's own judgment, decoded (with its ``turn_id``), or None when it has none."""
+    sql = "SELECT j.*, st.turn_id FROM judgments j JOIN steps st ON st.id = j.step_id"
+    rows = list(store.db.query(sql + " WHERE st.turn_id = ? AND j.next_state = 'user'", [turn_id]))
     return decode_judgment_row(rows[0]) if rows else None
 
 
 def decode_judgment_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``judgments`` or ``step_judgments`` row with its JSON lists and packed teacher ids decoded."""
+    """A ``judgments`` row with its JSON lists and packed teacher ids decoded."""
     row = dict(row)
     for key in ("score_outputs", "votes", "hint_outputs"):
         row[key] = json.loads(row[key]) if row[key] else []
@@ -166,10 +177,13 @@ def set_veto(store: Store, turn_id: int, vetoed: bool = True) -> None:
 
 
 def forget(store: Store, turn_id: int) -> None:
-    """Delete what was learned from a turn: its judgment goes and it is vetoed, so it is never re-judged."""
+    """Delete what was learned from a turn: its judgments (its tool steps' too) go and it is vetoed.
+
+    So it is never judged again.
+    """
     set_veto(store, turn_id, True)
     with store.transaction():
-        store.db.execute("DELETE FROM judgments WHERE turn_id = ?", [turn_id])
+        store.db.execute("DELETE FROM judgments WHERE step_id IN (SELECT id FROM steps WHERE turn_id = ?)", [turn_id])
 
 
 def last_turn_id(store: Store, session_id: int | None = None) -> int:
@@ -185,8 +199,9 @@ def list_judged(store: Store, *, limit: int = 200) -> list[JudgedTurn]:
         SELECT t.id, t.session_id, t.user_content, t.reply_content, j.reward, j.votes, j.hint, j.status,
                j.judged_at, f.rating, coalesce(f.vetoed, 0) AS vetoed,
                (SELECT n.user_content FROM turns n WHERE n.id = j.next_turn_id) AS next_state
-        FROM judgments j JOIN turns t ON t.id = j.turn_id LEFT JOIN feedback f ON f.turn_id = t.id
-        WHERE j.status = 'judged' ORDER BY j.judged_at DESC, t.id DESC LIMIT ?
+        FROM judgments j JOIN steps st ON st.id = j.step_id JOIN turns t ON t.id = st.turn_id
+        LEFT JOIN feedback f ON f.turn_id = t.id
+        WHERE j.status = 'judged' AND j.next_state = 'user' ORDER BY j.judged_at DESC, t.id DESC LIMIT ?
     """
     out = []
     for r in store.db.query(sql, [limit]):
@@ -213,7 +228,7 @@ def list_judged(store: Store, *, limit: int = 200) -> list[JudgedTurn]:
 def reward_counts(store: Store) -> dict[str, int]:
     row = store.db.execute(
         "SELECT sum(reward = 1), sum(reward = -1), sum(reward = 0), sum(hint IS NOT NULL), count(*) "
-        "FROM judgments WHERE status = 'judged'"
+        "FROM judgments WHERE status = 'judged' AND next_state = 'user'"
     ).fetchone()
     keys = ("+1", "-1", "0", "hints", "judged")
     return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}

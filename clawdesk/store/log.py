@@ -3,9 +3,9 @@
 A :class:`Store` wraps one SQLite connection and must stay on the thread that opened it; other
 threads open their own with :meth:`Store.open` (``with Store.open(path) as store:`` closes it when
 done). A turn is written in one transaction (turn row, token blobs, session timestamp/title) when
-its reply finishes or is cancelled, so a crash can never leave half a turn behind. A turn's agent
-steps and tool calls are :mod:`clawdesk.store.steps`'; the shared data rules are
-:mod:`clawdesk.store.rules`'.
+its reply finishes or is cancelled, so a crash can never leave half a turn behind. Every turn has
+steps (a plain turn one, written here; an agent turn's steps and tool calls are
+:mod:`clawdesk.store.steps`'); the shared data rules are :mod:`clawdesk.store.rules`'.
 """
 
 from __future__ import annotations
@@ -237,8 +237,13 @@ class Store:
 
     # -- turns ----------------------------------------------------------------------------
 
-    def add_turn(self, session_id: int, turn: NewTurn) -> int:
-        """Commit one finished/cancelled turn atomically; returns its id."""
+    def add_turn(self, session_id: int, turn: NewTurn, *, one_step: bool = True) -> int:
+        """Commit one finished/cancelled turn atomically; returns its id.
+
+        A plain turn is a one-step agent turn: its answer is also written as its step 0 (``steps``),
+        the row its judgment and training sample are keyed by. ``one_step=False`` is for
+        :func:`clawdesk.store.steps.add_agent_turn`, which writes the steps itself.
+        """
         if turn.status not in ("finished", "cancelled", "length"):
             raise ValueError(f"bad turn status {turn.status!r}")
         session = self.get_session(session_id)
@@ -275,6 +280,15 @@ class Store:
                 "INSERT INTO turn_tokens(turn_id, prompt_ids, reply_ids) VALUES (?, ?, ?)",
                 [turn_id, pack_ids(turn.prompt_ids), pack_ids(turn.reply_ids)],
             )
+            if one_step:
+                self.db.execute(
+                    "INSERT INTO steps(turn_id, idx, prompt_ids, reply_ids, reply_content, reply_thinking, status,"
+                    " adapter_version, started_at, finished_at) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        turn_id, pack_ids(turn.prompt_ids), pack_ids(turn.reply_ids), turn.reply_content,
+                        turn.reply_thinking, turn.status, turn.adapter_version, turn.started_at, turn.finished_at,
+                    ],
+                )  # fmt: skip
             title = title_from(turn.user_content) if session.n_turns == 0 and session.title == "New chat" else None
             self.db.execute(
                 "UPDATE sessions SET updated_at = ?, title = coalesce(?, title) WHERE id = ?",

@@ -1,11 +1,11 @@
 """The rules about the log that several queries share, each written once, as SQL predicates.
 
-Which turns may be learned from and which steps are tool steps are decided here and nowhere else:
-the judge's queue (:mod:`clawdesk.store.judgments`, :mod:`clawdesk.store.step_judgments`), the
-training samples (:mod:`clawdesk.store.samples`), the exported data and the chat's tool trail all
-build their ``WHERE`` from these functions. They are predicates rather than a view so that each
-query keeps the join order and partial index it was tuned for (m006); the aliases name the rows
-the caller already joined.
+Which turns may be learned from, which steps are tool steps and which judgment is a turn's own are
+decided here and nowhere else: the judge's queue (:mod:`clawdesk.store.judgments`,
+:mod:`clawdesk.store.step_judgments`), the training samples (:mod:`clawdesk.store.samples`), the
+exported data and the chat's tool trail all build their ``WHERE`` from these functions. They are
+predicates rather than a view so that each query keeps the join order and partial index it was
+tuned for (m006); the aliases name the rows the caller already joined.
 """
 
 from __future__ import annotations
@@ -32,3 +32,26 @@ def final_step(st: str = "st") -> str:
 def tool_step(st: str = "st") -> str:
     """SQL: the step ``st`` is not its turn's last (see :func:`final_step`)."""
     return f"(NOT {final_step(st)})"
+
+
+def turn_judged(t: str = "t") -> str:
+    """SQL: the turn ``t`` has its own judgment, judged or dropped for want of a next message.
+
+    Judgments are keyed by step (m007); a turn's own is the one judged from the user
+    (``next_state = 'user'``), which only its final step gets.
+    """
+    return (
+        "EXISTS (SELECT 1 FROM steps own JOIN judgments oj ON oj.step_id = own.id"
+        f" WHERE own.turn_id = {t}.id AND oj.next_state = 'user')"
+    )
+
+
+def turn_outcome_join(t: str = "t", o: str = "o") -> str:
+    """SQL: ``LEFT JOIN`` the turn ``t``'s own judgment as ``o`` (NULL columns when it has none).
+
+    A tool step's reward starts from its turn's outcome o, which that judgment (or the thumbs) gives.
+    """
+    return (
+        f"LEFT JOIN judgments {o} ON {o}.next_state = 'user'"
+        f" AND {o}.step_id IN (SELECT own.id FROM steps own WHERE own.turn_id = {t}.id)"
+    )

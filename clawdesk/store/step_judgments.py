@@ -4,7 +4,8 @@ A *tool step* is a non-final step of a turn (``steps.idx`` below the turn's last
 final answer and is judged as the turn itself). Its next state is already there when it is
 recorded: the results of all its tool calls. So it can be judged at once, unlike a turn, which
 waits for the user's next message. It is judged only when its turn may be learned from at all
-(:func:`clawdesk.store.rules.learnable_turn`) and finished, as for turns.
+(:func:`clawdesk.store.rules.learnable_turn`) and finished, as for turns. Its judgment is a row
+of the one ``judgments`` table, keyed by the step, with ``next_state = 'tools'`` (migration m007).
 """
 
 from __future__ import annotations
@@ -19,17 +20,18 @@ from clawdesk.store.rules import learnable_turn, tool_step
 from clawdesk.store.steps import Step, ToolCallRecord, list_steps, tool_calls
 from clawdesk.store.tokens import pack_ids
 
+# Starts from the steps that made calls, not from every step: since m007 every plain turn has one too.
 _PENDING = f"""
-    FROM steps st
+    FROM (SELECT DISTINCT step_id FROM tool_calls) called
+    CROSS JOIN steps st ON st.id = called.step_id
     JOIN turns t ON t.id = st.turn_id
     JOIN sessions s ON s.id = t.session_id
-    LEFT JOIN step_judgments sj ON sj.step_id = st.id
+    LEFT JOIN judgments sj ON sj.step_id = st.id
     LEFT JOIN feedback f ON f.turn_id = t.id
     WHERE sj.step_id IS NULL AND {learnable_turn("t", "s", "f")}
       AND t.status IN ('finished', 'length')
       AND st.status IN ('finished', 'length')
       AND {tool_step("st")}
-      AND EXISTS (SELECT 1 FROM tool_calls c WHERE c.step_id = st.id)
 """
 
 
@@ -91,9 +93,9 @@ def step_backlog(store: Store) -> int:
 def save_step_judgment(store: Store, j: StepJudgment) -> None:
     with store.transaction():
         store.db.execute(
-            """INSERT OR REPLACE INTO step_judgments(step_id, prompt_version, judge_model_name, judge_model_sha256,
-                score_outputs, votes, hint, hint_outputs, enhanced_prompt_ids, seconds, judged_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            """INSERT OR REPLACE INTO judgments(step_id, next_state, status, prompt_version, judge_model_name,
+                judge_model_sha256, score_outputs, votes, hint, hint_outputs, enhanced_prompt_ids, seconds, judged_at)
+               VALUES (?, 'tools', 'judged', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [
                 j.step_id, j.prompt_version, j.judge_model_name, j.judge_model_sha256, json.dumps(j.score_outputs),
                 json.dumps(j.votes), j.hint, json.dumps(j.hint_outputs),
@@ -103,7 +105,7 @@ def save_step_judgment(store: Store, j: StepJudgment) -> None:
 
 
 def get_step_judgment(store: Store, step_id: int) -> dict[str, Any] | None:
-    rows = list(store.db.query("SELECT * FROM step_judgments WHERE step_id = ?", [step_id]))
+    rows = list(store.db.query("SELECT * FROM judgments WHERE step_id = ? AND next_state = 'tools'", [step_id]))
     return decode_judgment_row(rows[0]) if rows else None
 
 
@@ -118,8 +120,8 @@ def step_summaries(store: Store, turn_id: int) -> list[dict[str, Any]]:
                (SELECT group_concat(name || ' → ' || status, ', ')
                   FROM (SELECT name, status FROM tool_calls WHERE step_id = st.id ORDER BY idx)) AS calls
         FROM steps st
-        LEFT JOIN step_judgments j ON j.step_id = st.id
-        LEFT JOIN adapter_step_samples a ON a.step_id = st.id
+        LEFT JOIN judgments j ON j.step_id = st.id
+        LEFT JOIN adapter_samples a ON a.step_id = st.id
         WHERE st.turn_id = ? AND {tool_step("st")}
         ORDER BY st.idx
     """

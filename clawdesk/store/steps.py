@@ -4,7 +4,9 @@ A turn served through the agent loop (tools offered to the model) has one ``step
 call, ``idx`` 0, 1, …, the last one being the final answer, whose ids are also the turn's
 ``turn_tokens``; each step has its ``tool_calls`` in the order the model wrote them (denied,
 failed and malformed calls included, with exactly the result text the model read). A turn served
-without tools (the demo model, ``tools.enabled = false``) has no steps rows. Everything of one turn
+without tools (the demo model, ``tools.enabled = false``) is a one-step turn: its step 0, written
+by :meth:`~clawdesk.store.log.Store.add_turn`, is its answer. Judgments and training samples are
+keyed by step (``judgments.step_id``, ``adapter_samples.step_id``, migration m007). Everything of one turn
 is written in one transaction (:func:`add_agent_turn`), so a crash never leaves a turn without its
 steps or a step without its calls.
 """
@@ -89,7 +91,7 @@ def add_agent_turn(store: Store, session_id: int, turn: NewTurn, steps: Sequence
     if bad:
         raise ValueError(f"bad step status {bad[0]!r}")
     with store.transaction():
-        turn_id = store.add_turn(session_id, turn)  # nested: a savepoint inside this transaction
+        turn_id = store.add_turn(session_id, turn, one_step=False)  # nested: a savepoint inside this transaction
         step_ids = []
         for idx, step in enumerate(steps):
             cur = store.db.execute(
@@ -115,7 +117,7 @@ def add_agent_turn(store: Store, session_id: int, turn: NewTurn, steps: Sequence
 
 
 def list_steps(store: Store, turn_id: int) -> list[Step]:
-    """The steps of a turn in order (empty for a turn served without tools)."""
+    """The steps of a turn in order (one for a turn served without tools)."""
     rows = store.db.query("SELECT * FROM steps WHERE turn_id = ? ORDER BY idx", [turn_id])
     return [
         Step(

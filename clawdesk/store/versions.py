@@ -1,9 +1,10 @@
 """The log's record of adapter versions: ``adapters`` rows, the samples each was trained on, and which one is served.
 
 A version's files (``<adapters dir>/v<N>``) are written and checked by :mod:`clawdesk.learn.versions`;
-this module owns the rows. The row and its ``adapter_samples`` / ``adapter_step_samples`` rows are
-written in one transaction (:func:`record_version`), and a turn or tool step is trained on once
-(their UNIQUE columns). Which version the chat serves is the ``active_adapter`` setting, read and
+this module owns the rows. The row and its ``adapter_samples`` rows (one per step trained on: a
+turn's final step for its own sample, or a tool step; migration m007) are written in one
+transaction (:func:`record_version`), and a step is trained on once (``adapter_samples.step_id``
+is UNIQUE). Which version the chat serves is the ``active_adapter`` setting, read and
 written only here (:func:`active_adapter`, :func:`set_active_adapter`).
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from clawdesk.errors import NotFoundError, TrainError
 from clawdesk.store.log import Store
+from clawdesk.store.rules import final_step
 from clawdesk.store.samples import Sample
 
 ADAPTER_GGUF = "adapter.gguf"  # in each version's dir: the GGUF LoRA that llama.cpp serves
@@ -110,9 +112,11 @@ def previous_ready(store: Store, before: int | None, base_sha256: str) -> int | 
 
 
 def version_samples(store: Store, version: int) -> list[dict[str, Any]]:
-    """The turns version ``version`` was trained on: ``[{turn_id, reward, has_hint}]``."""
+    """The turns version ``version`` was trained on (their own samples): ``[{turn_id, reward, has_hint}]``."""
     rows = store.db.query(
-        "SELECT turn_id, reward, has_hint FROM adapter_samples WHERE version = ? ORDER BY turn_id", [version]
+        "SELECT st.turn_id, a.reward, a.has_hint FROM adapter_samples a JOIN steps st ON st.id = a.step_id"
+        f" WHERE a.version = ? AND {final_step('st')} ORDER BY st.turn_id",
+        [version],
     )
     return [{"turn_id": r["turn_id"], "reward": r["reward"], "has_hint": bool(r["has_hint"])} for r in rows]
 
@@ -139,21 +143,21 @@ def record_version(
 ) -> AdapterVersion:
     """Insert the ``adapters`` row and one ``adapter_samples`` row per sample, in one transaction.
 
-    A tool-step sample (``Sample.step_id``) gets an ``adapter_step_samples`` row instead. Rejected
+    A turn's own sample is keyed by its final step, a tool-step sample by ``Sample.step_id``. Rejected
     versions record their samples too: they are spent either way, so a batch that wrecks the model
     is not retried forever. A sample some version already used raises :class:`TrainError` and
     nothing is written.
     """
     if status not in STATUSES:
         raise ValueError(f"bad adapter status {status!r}")
-    turns = [s for s in samples if s.step_id is None]
-    steps = [s for s in samples if s.step_id is not None]
     with store.transaction():
+        step_ids = [_step_of(store, s) for s in samples]
+        final, marks = final_step("st"), ",".join("?" * len(step_ids))
         used = store.db.execute(
-            f"SELECT 'turn', turn_id, version FROM adapter_samples WHERE turn_id IN ({','.join('?' * len(turns))})"
-            f" UNION ALL SELECT 'tool step', step_id, version FROM adapter_step_samples"
-            f" WHERE step_id IN ({','.join('?' * len(steps))})",
-            [*(s.turn_id for s in turns), *(s.step_id for s in steps)],
+            f"SELECT CASE WHEN {final} THEN 'turn' ELSE 'tool step' END, CASE WHEN {final} THEN st.turn_id"
+            f" ELSE st.id END, a.version FROM adapter_samples a JOIN steps st ON st.id = a.step_id"
+            f" WHERE a.step_id IN ({marks}) ORDER BY st.turn_id, st.idx",
+            step_ids,
         ).fetchall()
         if used:
             spent = ", ".join(f"{kind} {t} (v{v})" for kind, t, v in used)
@@ -169,17 +173,23 @@ def record_version(
                 json.dumps(metrics), json.dumps(validation), note, created_at,
             ],
         )  # fmt: skip
-        for s in turns:
+        for s, step_id in zip(samples, step_ids, strict=True):
             store.db.execute(
-                "INSERT INTO adapter_samples(version, turn_id, reward, has_hint) VALUES (?, ?, ?, ?)",
-                [version, s.turn_id, s.reward, int(s.has_hint)],
-            )
-        for s in steps:
-            store.db.execute(
-                "INSERT INTO adapter_step_samples(version, step_id, reward, has_hint) VALUES (?, ?, ?, ?)",
-                [version, s.step_id, s.reward, int(s.has_hint)],
+                "INSERT INTO adapter_samples(version, step_id, reward, has_hint) VALUES (?, ?, ?, ?)",
+                [version, step_id, s.reward, int(s.has_hint)],
             )
     return get_version(store, version)
+
+
+def _step_of(store: Store, sample: Sample) -> int:
+    """The ``steps`` row a sample was taken from: its tool step, or its turn's final step."""
+    if sample.step_id is not None:
+        return sample.step_id
+    row = store.db.execute(f"SELECT id FROM steps st WHERE st.turn_id = ? AND {final_step('st')}", [sample.turn_id])
+    found = row.fetchone()
+    if found is None:
+        raise TrainError(f"Cannot record the sample of turn {sample.turn_id}: the turn is gone. Nothing was recorded.")
+    return found[0]
 
 
 # -- which version is served --------------------------------------------------------------------
