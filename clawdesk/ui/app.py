@@ -108,7 +108,7 @@ class ClawDeskApp(TurnFlow, AgentView, ChatActions, LearningActions, App[None]):
         self.store = store
         self.registry = registry
         self._consents: dict[int, Consent] = {}  # per chat: "yes for this chat" answers
-        self.service = AgentService(engine, config.chat, config.tools, registry)
+        self.service = AgentService(engine, config.chat, config.tools, registry, memory=config.memory)
         # Checked now so a bad --session is reported before the screen takes over the terminal.
         self.session: Session | None = store.get_session(session_id) if session_id is not None else None
         self._draft_incognito = False
