@@ -70,7 +70,7 @@ class ScriptedEngine(Engine):
         template: str | None = None,
     ):
         # The real __init__ reads the llama.cpp model; set the same attributes directly.
-        self.llm = None
+        self._llm = None  # no llama.cpp model (Engine.llm would raise EngineClosed: nothing here reads it)
         self.identity = ModelIdentity(
             name=name, path=Path(f"/scripted/{name}.gguf"), sha256="scripted", arch="scripted", note=note
         )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import io
 import itertools
+import time
 import tomllib
 from pathlib import Path
 
@@ -328,3 +330,63 @@ def test_memory_config_is_validated(home):
     (home / "config.toml").write_text("[memory]\nenabled = false\nbudget_tokens = 64\n")
     assert load_config(home).memory == MemoryConfig(enabled=False, budget_tokens=64)
     assert dataclasses.replace(Config(home=home)).memory == MemoryConfig()
+
+
+# -- the loop and the CLI --------------------------------------------------------------------
+
+
+def test_the_learning_loop_says_when_it_noted_a_preference(engine, config, store):
+    from clawdesk.engine.gate import ChatGate
+    from clawdesk.loop import LearningLoop, PreferenceNoted
+
+    _, b = _chat(store, "Name three fruits.", "No lists please!")
+    judge = HintingJudge(engine, JudgeConfig())
+    loop = LearningLoop(
+        config, config.db_path, engine, judge, gate=ChatGate(), auto_train=False, idle_poll=0.1,
+        classify=Classifier("standing"),
+    )  # fmt: skip
+    seen = []
+    loop.subscribe(seen.append)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(isinstance(e, PreferenceNoted) for e in seen):
+            assert time.monotonic() < deadline, f"no PreferenceNoted; events: {seen}"
+            time.sleep(0.05)
+    finally:
+        loop.close()
+    (noted,) = [e for e in seen if isinstance(e, PreferenceNoted)]
+    assert (noted.text, noted.source_turn_id, noted.kind) == (HintingJudge.hint, b, "standing")
+    assert [p.id for p in active_preferences(store)] == [noted.item_id]
+
+
+def test_cli_prefs_add_list_rm_and_clear(home, capsys, monkeypatch):
+    from clawdesk.cli import main
+
+    assert main(["prefs"]) == 0
+    assert "No preferences yet" in capsys.readouterr().out
+    assert main(["prefs", "add", "Do not use any list or bullet points."]) == 0
+    assert "added #1" in capsys.readouterr().out
+    assert main(["prefs", "add", "Use bullet lists."]) == 0
+    assert "it replaces #1 (same topic)" in capsys.readouterr().out
+    assert main(["prefs", "add", "Answer in French."]) == 0
+    assert main(["prefs", "add", "answer in french."]) == 0
+    assert "already kept as #3" in capsys.readouterr().out
+    assert main(["prefs", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "Answer in French." in out and "Use bullet lists." in out and "Do not use" not in out
+    assert main(["prefs", "list", "--all"]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert main(["prefs", "rm", "3"]) == 0
+    assert "deleted #3: Answer in French." in capsys.readouterr().out
+    assert main(["prefs", "rm", "3"]) == 1
+    assert "there is no preference #3" in capsys.readouterr().err
+    assert main(["prefs", "add", "   "]) != 0
+    assert "needs some text" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no question can be asked
+    assert main(["prefs", "clear"]) != 0
+    assert "add --yes" in capsys.readouterr().err
+    assert main(["prefs", "clear", "--yes"]) == 0
+    assert "deleted 2 preference(s)" in capsys.readouterr().out
+    assert main(["prefs", "clear"]) == 0
+    assert "no preferences to clear" in capsys.readouterr().out

@@ -219,6 +219,13 @@ def delete_preference(store: Store, pref_id: int) -> Preference:
     return item
 
 
+def undo_preference(store: Store, pref_id: int) -> tuple[Preference, list[Preference]]:
+    """Take back a noted item: delete it for good and make the items it replaced active again."""
+    replaced = [p.id for p in list_preferences(store, statuses=("removed",)) if p.replaced_by == pref_id]
+    item = delete_preference(store, pref_id)  # also clears their replaced_by
+    return item, [restore_preference(store, i) for i in replaced]
+
+
 def clear_preferences(store: Store) -> int:
     """Delete every item (active, learned and removed) for good; returns how many."""
     store.db.execute("PRAGMA secure_delete = ON")

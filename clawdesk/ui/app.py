@@ -82,6 +82,8 @@ class ClawDeskApp(TurnFlow, AgentView, ChatActions, LearningActions, App[None]):
         # priority: the message box (a TextArea) binds F6 to "select line"
         Binding("f6", "learning_screen", "Dashboard", priority=True),
         Binding("f7", "memory", "Memory", show=False, priority=True),
+        Binding("f8", "preferences", "Preferences", show=False, priority=True),
+        Binding("f9", "undo_preference", "Undo preference", show=False, priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
