@@ -390,3 +390,17 @@ def test_cli_prefs_add_list_rm_and_clear(home, capsys, monkeypatch):
     assert "deleted 2 preference(s)" in capsys.readouterr().out
     assert main(["prefs", "clear"]) == 0
     assert "no preferences to clear" in capsys.readouterr().out
+
+
+def test_learning_turned_off_while_classifying_keeps_the_judgment_and_makes_no_item(engine, store):
+    from clawdesk.judge.runner import JudgeInterrupted
+    from clawdesk.store.judgments import list_judged
+
+    _chat(store, "Name three fruits.", "No lists please!")
+
+    def interrupted(hint, request, next_message):
+        raise JudgeInterrupted()
+
+    summary = judge_pending(store, HintingJudge(engine, JudgeConfig()), max_age_hours=72, classify=interrupted)
+    assert summary.stopped and summary.judged == 1 and summary.preferences == 0
+    assert len(list_judged(store)) == 1 and list_preferences(store) == []

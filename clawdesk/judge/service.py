@@ -20,7 +20,7 @@ from clawdesk.judge.runner import Judge, JudgeInterrupted
 from clawdesk.judge.vote import VoteProgress
 from clawdesk.preferences import HintClassifier, Noted, note_hint
 from clawdesk.store import Store
-from clawdesk.store.judgments import Judgment, backlog, drop_stale, pending_turns, save_judgment
+from clawdesk.store.judgments import Judgment, PendingTurn, backlog, drop_stale, pending_turns, save_judgment
 from clawdesk.store.step_judgments import StepJudgment, pending_steps, save_step_judgment, step_backlog
 
 
@@ -81,17 +81,11 @@ def judge_pending(
             summary.stopped = True
             break
         save_judgment(store, judgment)
-        noted = None
-        if classify is not None and judgment.hint is not None:
-            noted = note_hint(
-                store,
-                classify,
-                hint=judgment.hint,
-                judged_turn_id=judgment.turn_id,
-                source_turn_id=judgment.next_turn_id,
-                request=pending.turn.user_content,
-                next_message=pending.next_state,
-            )
+        try:
+            noted = _note_preference(store, classify, judgment, pending)
+        except JudgeInterrupted:  # learning turned OFF while classifying: the judgment is kept, no item
+            noted = None
+            summary.stopped = True
         summary.preferences += noted is not None
         summary.judged += 1
         summary.rewards[judgment.reward] += 1
@@ -99,9 +93,28 @@ def judge_pending(
         if on_event is not None:
             ready, waiting = backlog(store)
             on_event(JudgeEvent("judged", ready=ready, waiting=waiting, judgment=judgment, preference=noted))
+        if summary.stopped:
+            break
     if not summary.stopped:
         _judge_steps(store, judge, summary, None if limit is None else limit - summary.judged, on_event)
     return summary
+
+
+def _note_preference(
+    store: Store, classify: HintClassifier | None, judgment: Judgment, pending: PendingTurn
+) -> Noted | None:
+    """The judgment's accepted hint as a preference item, when ``classify`` calls it a standing one."""
+    if classify is None or judgment.hint is None:
+        return None
+    return note_hint(
+        store,
+        classify,
+        hint=judgment.hint,
+        judged_turn_id=judgment.turn_id,
+        source_turn_id=judgment.next_turn_id,
+        request=pending.turn.user_content,
+        next_message=pending.next_state,
+    )
 
 
 def _judge_steps(
