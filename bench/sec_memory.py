@@ -15,10 +15,14 @@ and llama.cpp keeps evaluated between turns. Three cases, each as its own ratio:
 - ``raw.cold_ratio``: the first turn on an emptied KV cache (after the app starts, or after the
   memory changed): the whole memory is prefilled. On a short prompt this is roughly the ratio of the
   prompt lengths, since prefill dominates time to first token.
+
+``raw.cpu_ratio`` gives the same three ratios in process CPU time, which a busy machine does not
+inflate (``raw.load_average`` says how busy it was).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -44,16 +48,22 @@ def _fill(store, count_tokens: Callable[[str], int], budget: int) -> int:
         i += 1
 
 
-def _turn_ttft(service, store, session_id: int, text: str) -> float:
-    first: list[float] = []
-    start = time.monotonic()
+def _turn_ttft(service, store, session_id: int, text: str) -> tuple[float, float]:
+    """(wall ms, process CPU ms) from calling ``run_turn`` to its first streamed text.
+
+    CPU time is the work done, whatever else the machine runs: on a loaded machine the wall clock
+    mostly measures waiting for a core, the CPU clock still compares the two prompts' cost.
+    """
+    first: list[tuple[float, float]] = []
+    start, cpu = time.monotonic(), time.process_time()
 
     def on_delta(delta) -> None:
         if not first:
-            first.append(time.monotonic())
+            first.append((time.monotonic(), time.process_time()))
 
     service.run_turn(store, session_id, text, on_delta=on_delta)
-    return ((first[0] if first else time.monotonic()) - start) * 1000
+    end, cpu_end = first[0] if first else (time.monotonic(), time.process_time())
+    return (end - start) * 1000, (cpu_end - cpu) * 1000
 
 
 def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
@@ -80,14 +90,20 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
                 services = {"memory": AgentService(engine, chat, memory=memory), "off": AgentService(engine, chat)}
                 cases = ("new_chat", "warm", "cold")
                 ttft: dict[str, dict[str, list[float]]] = {c: {k: [] for k in services} for c in cases}
+                cpu: dict[str, dict[str, list[float]]] = {c: {k: [] for k in services} for c in cases}
+
+                def timed(case: str, name: str, session_id: int, text: str) -> None:
+                    wall, used_cpu = _turn_ttft(services[name], store, session_id, text)
+                    ttft[case][name].append(wall)
+                    cpu[case][name].append(used_cpu)
+
                 for r in range(rounds):
                     for name, service in services.items():
                         engine.reset_cache()
                         first = service.new_session(store).id
-                        ttft["cold"][name].append(_turn_ttft(service, store, first, "What is the capital of France?"))
-                        ttft["warm"][name].append(_turn_ttft(service, store, first, "And of Spain?"))
-                        second = service.new_session(store).id
-                        ttft["new_chat"][name].append(_turn_ttft(service, store, second, "Name a large river."))
+                        timed("cold", name, first, "What is the capital of France?")
+                        timed("warm", name, first, "And of Spain?")
+                        timed("new_chat", name, service.new_session(store).id, "Name a large river.")
                     now = {c: ttft[c]["memory"][-1] / ttft[c]["off"][-1] for c in cases}
                     log(f"round {r + 1}/{rounds}: " + ", ".join(f"{c} {v:.2f}x" for c, v in now.items()))
             finally:
@@ -96,6 +112,8 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
         engine.close()
     med = {c: {k: statistics.median(v) for k, v in ttft[c].items()} for c in ttft}
     ratio = {c: med[c]["memory"] / med[c]["off"] for c in med}
+    med_cpu = {c: {k: statistics.median(v) for k, v in cpu[c].items()} for c in cpu}
+    cpu_ratio = {c: med_cpu[c]["memory"] / med_cpu[c]["off"] for c in med_cpu}
     return {
         "memory_ttft_ratio": {
             "value": ratio["new_chat"],
@@ -109,8 +127,11 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
                 "n_threads": 1,
                 "warm_ratio": ratio["warm"],
                 "cold_ratio": ratio["cold"],
+                "cpu_ratio": cpu_ratio,
                 "ttft_ms_median": med,
                 "ttft_ms": ttft,
+                "cpu_ms_median": med_cpu,
+                "load_average": os.getloadavg()[0],
             },
         }
     }
