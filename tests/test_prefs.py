@@ -404,3 +404,17 @@ def test_learning_turned_off_while_classifying_keeps_the_judgment_and_makes_no_i
     summary = judge_pending(store, HintingJudge(engine, JudgeConfig()), max_age_hours=72, classify=interrupted)
     assert summary.stopped and summary.judged == 1 and summary.preferences == 0
     assert len(list_judged(store)) == 1 and list_preferences(store) == []
+
+
+def test_the_app_notes_preferences_only_with_the_memory_on(home, engine):
+    from clawdesk.runtime import hint_classifier
+
+    judge = Judge(engine, JudgeConfig())
+    assert hint_classifier(Config(home=home, memory=MemoryConfig(enabled=False)), judge) is None
+    classify = hint_classifier(Config(home=home), judge)
+    try:
+        from clawdesk.judge.standing import classify_hint  # noqa: F401  (the judge's classifier, once merged)
+    except ImportError:
+        assert classify is None  # not in this tree yet: hints are not noted on their own
+    else:
+        assert classify is not None and classify.args == (judge,)
