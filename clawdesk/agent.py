@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from clawdesk.chat import StepOutcome, TurnResult, clean_message, new_turn, turn_status, wall_iso
-from clawdesk.config import ChatConfig, ToolsConfig
+from clawdesk.config import ChatConfig, MemoryConfig, ToolsConfig
 from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
+from clawdesk.preferences import system_prompt_for_turn
 from clawdesk.store import Session, Store
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
 from clawdesk.tools.consent import Consent, Decision
@@ -99,8 +100,11 @@ class AgentService:
         registry: Registry | None = None,
         *,
         gate: ChatGate | None = None,
+        memory: MemoryConfig | None = None,
     ):
+        """``memory``: render the preference memory into every turn's system prompt (None or disabled: never)."""
         self.engine = engine
+        self.memory = memory
         self.chat = chat
         self.tools = tools
         self.registry = registry
@@ -175,6 +179,7 @@ class _Run:
     def serve(self) -> TurnResult:
         started = time.monotonic()
         history = history_from_turns(self.store.list_turns(self.session.id))
+        system = self._system_prompt()
         messages: list[dict] = []  # this message's assistant tool calls and tool results, for the next step
         outcomes: list[StepOutcome] = []
         stopped = ""
@@ -184,7 +189,7 @@ class _Run:
                 break
             try:
                 prompt = self.engine.build_prompt(
-                    self.session.system_prompt,
+                    system,
                     history,
                     self.text,
                     thinking=self.thinking,
@@ -224,6 +229,19 @@ class _Run:
         if self.cancel.is_set() and outcomes[-1].items:
             stopped = "cancelled"  # stopped after (or while) its tools ran
         return self._record(outcomes, stopped, started)
+
+    def _system_prompt(self) -> str:
+        """The chat's system prompt, with the user's stated preferences (the memory) after it when on.
+
+        Read once per turn, so every step of the turn has the same system block (and KV cache prefix).
+        """
+        memory = self.service.memory
+        if memory is None or not memory.enabled:
+            return self.session.system_prompt
+        return system_prompt_for_turn(self.store, self.session.system_prompt, self._count, memory.budget_tokens)
+
+    def _count(self, text: str) -> int:
+        return len(self.engine.tokenize(text))
 
     def _text(self, idx: int) -> Callable[[Delta], None] | None:
         if self.on_event is None:  # `clawdesk ask` without tools: nothing added per token

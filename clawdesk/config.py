@@ -250,6 +250,21 @@ class ToolsConfig:
             )
 
 
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The preference memory: standing preferences the judge noted, rendered into every new turn's prompt."""
+
+    enabled: bool = True  # false: no item is noted and none is rendered (the items stay listed)
+    budget_tokens: int = 256  # the most prompt tokens the rendered items take (pinned, then newest, first)
+
+    def __post_init__(self) -> None:
+        _check(
+            32 <= self.budget_tokens <= 8192,
+            "memory.budget_tokens must be in 32..8192 (the prompt tokens the memory may take), "
+            f"got {self.budget_tokens}",
+        )
+
+
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")  # no dots: a tool is named "<server>.<tool>"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -300,6 +315,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     mcp: MCPConfig = field(default_factory=MCPConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     @property
     def db_path(self) -> Path:
@@ -348,6 +364,7 @@ _SECTIONS = {
     "judge": JudgeConfig,
     "train": TrainConfig,
     "tools": ToolsConfig,
+    "memory": MemoryConfig,
 }
 
 
@@ -465,6 +482,12 @@ def load_config(home: Path, **overrides: Any) -> Config:
     built = {name: _build_section(cls, name, sections[name], path) for name, cls in _SECTIONS.items()}
     mcp = _build_mcp(raw.get("mcp", {}), path)
     _check_tool_servers(built["tools"], mcp, path)
+    if built["memory"].budget_tokens > built["model"].n_ctx // 4:
+        # The system prompt is never dropped to fit the context: a memory this large would crowd out the chat.
+        raise ConfigError(
+            f"{path}: memory.budget_tokens = {built['memory'].budget_tokens} is more than a quarter of the context "
+            f"window (model.n_ctx = {built['model'].n_ctx}); lower it or raise model.n_ctx."
+        )
     config = Config(home=home, mcp=mcp, **built)
     check_workspace(config.workspace_dir, config.home, "tools.workspace")
     return config

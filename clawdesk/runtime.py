@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from clawdesk.engine.gate import ChatGate
     from clawdesk.judge.runner import Judge
     from clawdesk.loop import LearningLoop
+    from clawdesk.preferences import HintClassifier
 
 
 def open_store(config: Config) -> Store:
@@ -82,4 +83,22 @@ def build_learning_loop(
     from clawdesk.loop import LearningLoop
 
     judge = load_judge(config, store, engine, gate=gate)
-    return LearningLoop(config, store.path, engine, judge, gate=gate, auto_train=auto_train)
+    classify = hint_classifier(config, judge)
+    return LearningLoop(config, store.path, engine, judge, gate=gate, auto_train=auto_train, classify=classify)
+
+
+def hint_classifier(config: Config, judge: Judge) -> HintClassifier | None:
+    """The judge's standing-vs-one-off call that turns hints into preference items; None: the memory is off.
+
+    It is :func:`clawdesk.judge.standing.classify_hint` bound to ``judge``. Until that module is part
+    of this tree, None: hints are not noted on their own (``clawdesk prefs add`` still adds items).
+    """
+    if not config.memory.enabled:
+        return None
+    try:
+        from clawdesk.judge.standing import classify_hint  # type: ignore[import-not-found]
+    except ImportError:  # the classifier lands with the judge's standing/one-off work (issue 22)
+        return None
+    import functools
+
+    return functools.partial(classify_hint, judge)

@@ -30,6 +30,7 @@ from clawdesk.private import open_private, private_dir
 from clawdesk.runtime import open_store
 from clawdesk.store import NewTurn, now_iso
 from clawdesk.store.judgments import Judgment, save_judgment
+from clawdesk.store.prefs import add_preference, list_preferences
 
 # The world trains a tiny LoRA and runs the judge and an eval: ~30 s on 2 cores, shared by these tests.
 slow_world = pytest.mark.slow
@@ -119,6 +120,9 @@ def world(tmp_path_factory, engine, demo_gguf):
                 service.run_turn(store, session.id, text)
             # judge: the real (channel) judge on the demo engine
             summary = judge_pending(store, Judge(engine, JudgeConfig(votes=1)), max_age_hours=72)
+            # the preference memory holds the marker too: it is the person's, never an export's
+            add_preference(store, f"Please say {MARKER} less often.")
+            n_prefs = len(list_preferences(store))
             # train: one step of the tiny Qwen3 LoRA, in-process
             _fill(store, 4)
             made = train(
@@ -149,6 +153,7 @@ def world(tmp_path_factory, engine, demo_gguf):
     return {
         "config": config, "attempts": attempts, "control": control, "summary": summary, "made": made,
         "exports": exports, "data": data, "n_data": n_data, "eval_code": eval_code, "db_modes": db_modes,
+        "n_prefs": n_prefs,
     }  # fmt: skip
 
 
@@ -188,6 +193,7 @@ def test_exports_are_not_world_readable(world):
 @slow_world
 def test_adapter_exports_never_carry_a_conversation(world):
     """Every byte of every adapter export, in every format, is free of the marker the turns and hints hold."""
+    assert world["n_prefs"] == 1  # a preference item holds the marker as well
     learned = (world["config"].adapters_dir / "v1" / "metadata.json").read_text()
     assert MARKER in learned  # the private version records its hints; the export must not carry them
     for fmt, out in world["exports"].items():

@@ -4,8 +4,8 @@
 :func:`clawdesk.cli.common.opened_store`. One module per command group registers its commands on the
 parser: :mod:`~clawdesk.cli.chat` (chat, ask, sessions), :mod:`~clawdesk.cli.learning` (judge, train,
 adapters, export, export-data, learning), :mod:`~clawdesk.cli.data` (forget, backup, restore),
-:mod:`~clawdesk.cli.evaluate` (eval), :mod:`~clawdesk.cli.doctor`, :mod:`~clawdesk.cli.tools`,
-:mod:`~clawdesk.cli.serve` and :mod:`~clawdesk.cli.models` (pull, paths). Every
+:mod:`~clawdesk.cli.prefs` (prefs), :mod:`~clawdesk.cli.evaluate` (eval), :mod:`~clawdesk.cli.doctor`,
+:mod:`~clawdesk.cli.tools`, :mod:`~clawdesk.cli.serve` and :mod:`~clawdesk.cli.models` (pull, paths). Every
 :class:`~clawdesk.errors.ClawDeskError` becomes one ``clawdesk: error: …`` line and a non-zero exit
 code — no tracebacks for anything a person can cause.
 """
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from clawdesk import __version__
-from clawdesk.cli import chat, data, doctor, evaluate, learning, models, serve, tools
+from clawdesk.cli import chat, data, doctor, evaluate, learning, models, prefs, serve, tools
 from clawdesk.cli.args import Parser
 from clawdesk.cli.common import Command, add_global
 from clawdesk.config import default_home, load_config
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_commands(add)  # chat, ask, sessions
     learning.add_commands(add)  # judge, train, adapters, export, export-data
     data.add_commands(add)  # forget, backup, restore
+    prefs.add_commands(add)  # prefs list|add|rm|clear
     evaluate.add_commands(add)  # eval
     doctor.add_commands(add)  # doctor
     tools.add_commands(add)  # tools, tools call

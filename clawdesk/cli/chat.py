@@ -89,7 +89,7 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
                 registry = build_registry(config, workspace=workspace)
             elif config.tools.enabled:
                 print(f"[{agent.TOOLS_NEED_NOTE}]", file=sys.stderr)
-            service = AgentService(engine, config.chat, config.tools, registry)
+            service = AgentService(engine, config.chat, config.tools, registry, memory=config.memory)
             if session is None:
                 session = service.new_session(store, incognito=args.incognito)
             if engine.identity.note:

@@ -22,7 +22,7 @@ def add_commands(add: AddCommand) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", type=count, metavar="ID", help="delete chat session ID and all its turns")
     which.add_argument("--turn", type=count, metavar="ID", help="delete one turn (a message and its reply)")
-    which.add_argument("--all", action="store_true", help="delete every session, turn and memory note")
+    which.add_argument("--all", action="store_true", help="delete every session, turn, memory note and preference")
     which.add_argument("--compact", action="store_true", help="only compact the file (after a blocked forget)")
     p.add_argument("--yes", action="store_true", help="do not ask before --all")
     p = add("backup", cmd_backup, "write the log, adapters and config.toml to one .tar.gz (models are left out)")
@@ -35,7 +35,9 @@ def add_commands(add: AddCommand) -> None:
 def _confirm_all(n_sessions: int, n_turns: int) -> bool:
     if not sys.stdin.isatty():
         raise InputError("--all deletes every chat; add --yes to confirm when not running in a terminal")
-    answer = input(f"Delete all {n_sessions} session(s) and {n_turns} turn(s), and every memory note, for good? [y/N] ")
+    answer = input(
+        f"Delete all {n_sessions} session(s) and {n_turns} turn(s), every memory note and preference, for good? [y/N] "
+    )
     return answer.strip().lower() in ("y", "yes")
 
 

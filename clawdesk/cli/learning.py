@@ -60,7 +60,7 @@ def rate_last(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_judge(args: argparse.Namespace, config: Config) -> int:
     from clawdesk.judge.service import judge_pending
-    from clawdesk.runtime import load_engine, load_judge
+    from clawdesk.runtime import hint_classifier, load_engine, load_judge
     from clawdesk.store.judgments import backlog, pending_turns
     from clawdesk.store.step_judgments import step_backlog
 
@@ -88,7 +88,12 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
 
         try:
             summary = judge_pending(
-                store, judge, max_age_hours=config.judge.pending_max_age_hours, limit=args.limit, on_event=on_event
+                store,
+                judge,
+                max_age_hours=config.judge.pending_max_age_hours,
+                limit=args.limit,
+                on_event=on_event,
+                classify=hint_classifier(config, judge),  # standing hints become preferences, as in the chat
             )
         finally:
             bar.done()
@@ -99,6 +104,7 @@ def cmd_judge(args: argparse.Namespace, config: Config) -> int:
         print(
             f"judged {summary.judged} turn(s): +1 ×{r[1]}, -1 ×{r[-1]}, 0 ×{r[0]}; hints accepted: {summary.hints}"
             + (f"; dropped {summary.dropped} stale" if summary.dropped else "")
+            + (f"; noted {summary.preferences} preference(s) (`clawdesk prefs`)" if summary.preferences else "")
         )
         if summary.steps_judged:
             r = summary.step_rewards

@@ -18,8 +18,9 @@ from pathlib import Path
 from clawdesk.judge.parse import majority
 from clawdesk.judge.runner import Judge, JudgeInterrupted
 from clawdesk.judge.vote import VoteProgress
+from clawdesk.preferences import HintClassifier, Noted, note_hint
 from clawdesk.store import Store
-from clawdesk.store.judgments import Judgment, backlog, drop_stale, pending_turns, save_judgment
+from clawdesk.store.judgments import Judgment, PendingTurn, backlog, drop_stale, pending_turns, save_judgment
 from clawdesk.store.step_judgments import StepJudgment, pending_steps, save_step_judgment, step_backlog
 
 
@@ -34,6 +35,7 @@ class JudgeEvent:
     judgment: Judgment | None = None
     steps_ready: int = 0  # tool steps ready to judge
     step_judgment: StepJudgment | None = None  # set instead of ``judgment`` when a tool step was judged
+    preference: Noted | None = None  # the judged turn's hint was kept as a preference item
 
 
 @dataclass
@@ -46,6 +48,7 @@ class JudgeSummary:
     steps_judged: int = 0  # tool steps
     step_rewards: dict[int, int] = field(default_factory=lambda: {1: 0, -1: 0, 0: 0})  # majority of their votes
     step_hints: int = 0
+    preferences: int = 0  # hints kept as preference items
 
 
 def judge_pending(
@@ -55,8 +58,13 @@ def judge_pending(
     max_age_hours: float,
     limit: int | None = None,
     on_event: Callable[[JudgeEvent], None] | None = None,
+    classify: HintClassifier | None = None,
 ) -> JudgeSummary:
-    """Judge up to ``limit`` ready turns, then tool steps, now (oldest first; ``limit`` counts both)."""
+    """Judge up to ``limit`` ready turns, then tool steps, now (oldest first; ``limit`` counts both).
+
+    ``classify``: with it, a turn's accepted hint that states a standing preference becomes a
+    preference item (:func:`clawdesk.preferences.note_hint`); None (the memory off): never.
+    """
     summary = JudgeSummary(dropped=drop_stale(store, max_age_hours))
     for pending in pending_turns(store, limit=limit):
         if not store.learning_enabled or judge.stop.is_set():
@@ -73,15 +81,40 @@ def judge_pending(
             summary.stopped = True
             break
         save_judgment(store, judgment)
+        try:
+            noted = _note_preference(store, classify, judgment, pending)
+        except JudgeInterrupted:  # learning turned OFF while classifying: the judgment is kept, no item
+            noted = None
+            summary.stopped = True
+        summary.preferences += noted is not None
         summary.judged += 1
         summary.rewards[judgment.reward] += 1
         summary.hints += judgment.hint is not None
         if on_event is not None:
             ready, waiting = backlog(store)
-            on_event(JudgeEvent("judged", ready=ready, waiting=waiting, judgment=judgment))
+            on_event(JudgeEvent("judged", ready=ready, waiting=waiting, judgment=judgment, preference=noted))
+        if summary.stopped:
+            break
     if not summary.stopped:
         _judge_steps(store, judge, summary, None if limit is None else limit - summary.judged, on_event)
     return summary
+
+
+def _note_preference(
+    store: Store, classify: HintClassifier | None, judgment: Judgment, pending: PendingTurn
+) -> Noted | None:
+    """The judgment's accepted hint as a preference item, when ``classify`` calls it a standing one."""
+    if classify is None or judgment.hint is None:
+        return None
+    return note_hint(
+        store,
+        classify,
+        hint=judgment.hint,
+        judged_turn_id=judgment.turn_id,
+        source_turn_id=judgment.next_turn_id,
+        request=pending.turn.user_content,
+        next_message=pending.next_state,
+    )
 
 
 def _judge_steps(
@@ -122,8 +155,11 @@ class JudgeLoop:
         max_age_hours: float,
         on_event: Callable[[JudgeEvent], None] | None = None,
         idle_poll: float = 2.0,
+        classify: HintClassifier | None = None,
     ) -> None:
+        """``classify``: notes standing hints as preference items (see :func:`judge_pending`)."""
         self.judge = judge
+        self.classify = classify
         self.db_path = db_path
         self.max_age_hours = max_age_hours
         self.on_event = on_event
@@ -155,7 +191,12 @@ class JudgeLoop:
                 self._wake.clear()
                 if store.learning_enabled and not self.judge.stop.is_set():
                     summary = judge_pending(
-                        store, self.judge, max_age_hours=self.max_age_hours, limit=1, on_event=self.on_event
+                        store,
+                        self.judge,
+                        max_age_hours=self.max_age_hours,
+                        limit=1,
+                        on_event=self.on_event,
+                        classify=self.classify,
                     )
                     if summary.judged or summary.steps_judged:
                         continue  # more may be ready; re-check at once

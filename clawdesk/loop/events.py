@@ -132,6 +132,21 @@ class JudgeStopped:
     error: str
 
 
+@dataclass(frozen=True)
+class PreferenceNoted:
+    """The judge kept a hint as a preference item (``item_id``), now in every new turn's prompt.
+
+    ``kind`` is the classifier's answer ("standing", or "unsure": tell the person, who may undo it);
+    ``replaced`` are the ids of earlier items on the same topic that this one replaced.
+    """
+
+    item_id: int
+    text: str
+    source_turn_id: int | None
+    kind: str
+    replaced: tuple[int, ...] = ()
+
+
 LoopEvent = (
     JudgeProgress
     | SamplesReady
@@ -146,4 +161,5 @@ LoopEvent = (
     | SwapFailed
     | ServingProblem
     | JudgeStopped
+    | PreferenceNoted
 )

@@ -41,6 +41,7 @@ from clawdesk.loop.events import (
     LearningToggled,
     LoopEvent,
     LoopState,
+    PreferenceNoted,
     SamplesReady,
     ServingProblem,
     SwapFailed,
@@ -53,6 +54,7 @@ from clawdesk.loop.events import (
     VersionServed,
 )
 from clawdesk.loop.trainer_process import TrainerProcess
+from clawdesk.preferences import HintClassifier
 from clawdesk.reload import AdapterSwitch
 from clawdesk.store import Store
 
@@ -74,8 +76,11 @@ class LearningLoop:
         gate: ChatGate,
         auto_train: bool = True,
         idle_poll: float = 2.0,
+        classify: HintClassifier | None = None,
     ) -> None:
-        """``auto_train=False`` trains only on :meth:`train_now`; ``gate`` is the chat service's."""
+        """``auto_train=False`` trains only on :meth:`train_now`; ``gate`` is the chat service's.
+        ``classify``: the judge's standing-vs-one-off call; with it, standing hints become preference
+        items (:class:`~clawdesk.loop.events.PreferenceNoted`); None: the memory is never added to."""
         self.config = config
         self.db_path = Path(db_path)
         self.engine = engine
@@ -87,7 +92,7 @@ class LearningLoop:
         self._listeners: list[Listener] = []
         self._judges = JudgeLoop(
             judge, self.db_path, max_age_hours=config.judge.pending_max_age_hours, on_event=self._judge_event,
-            idle_poll=idle_poll,
+            idle_poll=idle_poll, classify=classify,
         )  # fmt: skip
         # While the trainer runs every engine of the loop (the served one, and the judge's when
         # judge.model is another GGUF) drops to its share of the cores, and while the chat
@@ -233,6 +238,10 @@ class LearningLoop:
             state = self._update(judging="", judge_ready=ev.ready, judge_waiting=ev.waiting)
         # First the judge's own counts (a front end shows them at once), then the samples read again.
         self._emit(JudgeProgress(state.judging, state.judge_ready, state.judge_waiting))
+        if ev.preference is not None:
+            noted = ev.preference
+            replaced = tuple(p.id for p in noted.replaced)
+            self._emit(PreferenceNoted(noted.item.id, noted.item.text, noted.item.source_turn_id, noted.kind, replaced))
         if ev.kind == "judged":
             self.refresh()
             self._maybe_train()

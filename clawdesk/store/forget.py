@@ -35,6 +35,9 @@ TURN_TABLES: tuple[tuple[str, str], ...] = (
     ("feedback", "turn_id"),
     # The steps (exact prompts and replies); their STEP_TABLES rows are deleted first.
     ("steps", "turn_id"),
+    # Preference items stated in a forgotten message, or made from the judgment of a forgotten reply.
+    ("preferences", "source_turn_id"),
+    ("preferences", "judged_turn_id"),
 )
 
 _STEPS_OF = "SELECT id FROM steps WHERE turn_id IN ({})"  # the steps of the turns given as ids
@@ -108,7 +111,7 @@ def forget_session(store: Store, session_id: int) -> ForgetResult:
 
 
 def forget_all(store: Store) -> ForgetResult:
-    """Delete every session, turn and memory note (adapter versions and settings stay), then compact the file."""
+    """Delete every session, turn, memory note and preference (adapter versions and settings stay), then compact."""
     session_ids = [r[0] for r in store.db.execute("SELECT id FROM sessions")]
     turn_ids = [r[0] for r in store.db.execute("SELECT id FROM turns")]
     return _forget(store, turn_ids, [], session_ids=session_ids, notes=True)
@@ -179,6 +182,8 @@ def _forget(
             _delete(store, turn_ids, scrub_ids, session_ids, retitle)
             # The notes' FTS index follows by trigger; VACUUM below takes both out of the file.
             n_notes = store.db.execute("DELETE FROM notes").rowcount if notes else 0
+            if notes:  # the preference memory belongs to the person, like the notes: --all takes it too
+                store.db.execute("DELETE FROM preferences")
     except StoreError as err:
         if _is_busy(err.__cause__):
             raise StoreError(f"nothing was deleted: {store.path} is busy; {BUSY_HINT}.") from err
@@ -218,6 +223,8 @@ def _delete(
     # Their steps' prompts held it as well: the ids go (the steps and tool calls stay readable), and so do
     # their judgments, the turn's own and its tool steps', whose teacher prompts are those prompts plus a hint.
     _ids_exec(store, f"DELETE FROM judgments WHERE step_id IN ({_STEPS_OF})", scrub_ids)
+    # So do preference items made from those judgments (the judge read the forgotten turn to make them).
+    _ids_exec(store, "DELETE FROM preferences WHERE judged_turn_id IN ({})", scrub_ids)
     _ids_exec(store, "UPDATE steps SET prompt_ids = X'' WHERE turn_id IN ({})", scrub_ids)
     for turn_id in scrub_ids:
         db.execute(

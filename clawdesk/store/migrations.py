@@ -494,3 +494,31 @@ def m007_step_keyed_learning(db):
          f"{judge} {turn_of.format('new')}; {sample} step_id = new.step_id"),
     ):  # fmt: skip
         db.execute(f"CREATE TRIGGER {name} {event} BEGIN {body}; END")
+
+
+@MIGRATIONS()
+def m008_preferences(db):
+    # The preference memory (clawdesk.store.prefs): how the person wants replies *in general*, in
+    # their words, rendered into every new turn's system prompt. Items made from a turn name the
+    # user message that stated them (source) and the reply it corrected (judged): `forget` deletes
+    # an item with either turn, as it deletes the judgment they came from. Items added by hand have
+    # neither. A removed item stays listed (undone, or replaced by a later one: replaced_by) but
+    # is never rendered; "learned" ones left the prompt because the adapter carries them.
+    db.execute(
+        """
+        CREATE TABLE preferences (
+            id INTEGER PRIMARY KEY,
+            text TEXT NOT NULL,
+            source_turn_id INTEGER REFERENCES turns(id) ON DELETE CASCADE,
+            judged_turn_id INTEGER REFERENCES turns(id) ON DELETE CASCADE,
+            status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'learned', 'removed')),
+            pinned INTEGER NOT NULL DEFAULT 0,
+            replaced_by INTEGER REFERENCES preferences(id) ON DELETE SET NULL,
+            learned_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX preferences_source ON preferences(source_turn_id)")
+    db.execute("CREATE INDEX preferences_judged ON preferences(judged_turn_id)")

@@ -82,6 +82,8 @@ class ClawDeskApp(TurnFlow, AgentView, ChatActions, LearningActions, App[None]):
         # priority: the message box (a TextArea) binds F6 to "select line"
         Binding("f6", "learning_screen", "Dashboard", priority=True),
         Binding("f7", "memory", "Memory", show=False, priority=True),
+        Binding("f8", "preferences", "Preferences", show=False, priority=True),
+        Binding("f9", "undo_preference", "Undo preference", show=False, priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
@@ -108,7 +110,7 @@ class ClawDeskApp(TurnFlow, AgentView, ChatActions, LearningActions, App[None]):
         self.store = store
         self.registry = registry
         self._consents: dict[int, Consent] = {}  # per chat: "yes for this chat" answers
-        self.service = AgentService(engine, config.chat, config.tools, registry)
+        self.service = AgentService(engine, config.chat, config.tools, registry, memory=config.memory)
         # Checked now so a bad --session is reported before the screen takes over the terminal.
         self.session: Session | None = store.get_session(session_id) if session_id is not None else None
         self._draft_incognito = False

@@ -69,6 +69,39 @@ class ChatActions:
         else:
             self.push_screen(MemoryScreen(self.store))
 
+    def action_preferences(self) -> None:
+        from clawdesk.ui.prefs_screen import PreferencesScreen
+
+        if isinstance(self.screen, PreferencesScreen):  # F8 again closes it
+            self.screen.dismiss()
+        else:
+            self.push_screen(PreferencesScreen(self.store))
+
+    def preference_noted(self, item_id: int, text: str, kind: str, replaced: tuple[int, ...] = ()) -> None:
+        """Tell the person a preference was noted (the learning loop's PreferenceNoted); F9 undoes it."""
+        self.noted_preference = item_id
+        quoted = text if len(text) <= 80 else text[:79] + "…"
+        what = "Noted a preference" if kind == "standing" else "Noted as a preference (if it was only for that reply"
+        what += "" if kind == "standing" else ", undo it)"
+        also = f" It replaces #{', #'.join(map(str, replaced))}." if replaced else ""
+        self.notify(f"{what}: “{quoted}”.{also} F9 undoes it · F8 lists them.", title="Preference", timeout=10)
+
+    def action_undo_preference(self) -> None:
+        from clawdesk.store.prefs import undo_preference
+
+        if self.noted_preference is None:
+            self.notify("No preference was just noted; F8 lists them all.", severity="warning")
+            return
+        try:
+            item, restored = undo_preference(self.store, self.noted_preference)
+        except ClawDeskError as err:
+            self.notify(str(err), severity="error")
+            return
+        finally:
+            self.noted_preference = None
+        back = f" #{', #'.join(str(p.id) for p in restored)} is active again." if restored else ""
+        self.notify(f"Undone: “{item.text[:60]}” is not kept.{back}")
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.HELP_KEYS))

@@ -18,6 +18,7 @@ from clawdesk.loop import (
     LearningLoop,
     LoopEvent,
     LoopState,
+    PreferenceNoted,
     ServingProblem,
     SwapFailed,
     TrainingFailed,
@@ -74,6 +75,8 @@ class LearningView:
             notify(event.message, timeout=6)
         elif isinstance(event, SwapFailed):
             notify(event.error, severity="error")
+        elif isinstance(event, PreferenceNoted):
+            self.app.preference_noted(event.item_id, event.text, event.kind, event.replaced)
         elif isinstance(event, JudgeStopped):
             notify(f"Background judging stopped: {event.error}", severity="error")
         self.publish()

@@ -29,7 +29,8 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("F3, F4", "thumbs up / down for the last reply"),
     ("F5", "what I learned (veto or delete a turn)"),
     ("F6", "learning dashboard and adapter versions"),
-    ("F7", "memory: the notes kept across chats (d deletes one)"),
+    # One line for both screens: the help dialog is at its height on a 32-row terminal.
+    ("F7, F8", "memory notes · preferences; F9 undoes a new one"),
     ("Tab", "move between the chat list and the message box"),
     ("↑ ↓ Enter", "chat list: open a chat"),
     ("r, Delete", "chat list: rename, delete the highlighted chat"),

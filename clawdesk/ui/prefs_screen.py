@@ -1,0 +1,164 @@
+"""The preferences screen (F8): the preference memory listed, edited, pinned, removed and deleted.
+
+Only renders and calls :mod:`clawdesk.store.prefs` on the main-thread store. Active items are what
+every new turn's prompt shows as the user's stated preferences; *learned* ones left the prompt
+because the adapter carries them; *removed* ones (taken out, or replaced by a later item on the
+same topic) stay listed until deleted. Deleting overwrites the text in the file (``secure_delete``).
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+
+from clawdesk.errors import ClawDeskError
+from clawdesk.store.prefs import (
+    count_preferences,
+    delete_preference,
+    edit_preference,
+    get_preference,
+    list_preferences,
+    pin_preference,
+    remove_preference,
+    restore_preference,
+)
+
+SHOWN = 500  # items listed (pinned, then newest, first)
+
+
+def _snip(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+class EditPreferenceScreen(ModalScreen[str | None]):
+    """Ask for an item's new text; dismisses with it, or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.current = text
+
+    def compose(self):
+        with Vertical(id="pref-edit-dialog", classes="dialog"):
+            yield Label("Edit preference", classes="dialog-title")
+            yield Input(self.current, id="pref-edit-input", select_on_focus=False)
+            yield Label("Enter saves · Esc cancels", classes="dialog-hint")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PreferencesScreen(Screen[None]):
+    """Every item with its status, pin, source turn and date; keys act on the highlighted one."""
+
+    BINDINGS = [
+        Binding("escape,f8", "close", "Back"),
+        Binding("e", "edit", "Edit"),
+        Binding("p", "pin", "Pin/unpin"),
+        Binding("r", "remove", "Remove/restore"),
+        Binding("delete,d", "delete", "Delete"),
+    ]
+
+    def __init__(self, store) -> None:
+        super().__init__()
+        self.store = store
+        self.ids: list[int] = []
+
+    def compose(self):
+        yield Header()
+        yield Label(
+            "Preferences — how you want replies in general, noted from your corrections (or added with "
+            "`clawdesk prefs add`). Active ones are in the prompt of every new turn; learned ones left it "
+            "because the model's adapter carries them.",
+            id="prefs-intro",
+        )
+        yield DataTable(id="prefs", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="prefs-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns("#", "status", "pin", "from", "noted", "preference")
+        self.reload()
+
+    def reload(self) -> None:
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        table.clear()
+        items = list_preferences(self.store, limit=SHOWN)
+        self.ids = [p.id for p in items]
+        for p in items:
+            source = f"turn {p.source_turn_id}" if p.source_turn_id is not None else "by hand"
+            status = p.status if p.replaced_by is None else f"replaced by #{p.replaced_by}"
+            date = p.created_at[:16].replace("T", " ")
+            table.add_row(str(p.id), status, "📌" if p.pinned else "", source, date, _snip(p.text))
+        if items:
+            table.move_cursor(row=min(row, len(items) - 1))
+        counts = count_preferences(self.store)
+        detail = (
+            f"{counts['active']} active · {counts['learned']} learned · {counts['removed']} removed. "
+            "e edit · p pin · r remove/restore · d delete · Esc back"
+            if items
+            else "No preferences yet: when you tell the assistant how you like replies, it notes it here."
+        )
+        self.query_one("#prefs-detail", Static).update(detail)
+
+    def _selected(self) -> int | None:
+        if not self.ids:
+            return None
+        return self.ids[self.query_one(DataTable).cursor_row]
+
+    def _act(self, change, done: str) -> None:
+        pref_id = self._selected()
+        if pref_id is None:
+            return
+        try:
+            item = change(pref_id)
+        except ClawDeskError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.reload()
+        self.notify(done.format(id=item.id, text=_snip(item.text, 40)))
+
+    def action_close(self) -> None:
+        self.dismiss()
+
+    def action_pin(self) -> None:
+        pref_id = self._selected()
+        if pref_id is None:
+            return
+        pinned = get_preference(self.store, pref_id).pinned
+        word = (
+            "Unpinned #{id}." if pinned else "Pinned #{id}: it is the last to leave the prompt when the budget is full."
+        )
+        self._act(lambda i: pin_preference(self.store, i, not pinned), word)
+
+    def action_remove(self) -> None:
+        pref_id = self._selected()
+        if pref_id is None:
+            return
+        if get_preference(self.store, pref_id).status == "removed":
+            self._act(lambda i: restore_preference(self.store, i), "Restored #{id}: it is in the prompt again.")
+        else:
+            self._act(lambda i: remove_preference(self.store, i), "Removed #{id} from the prompt (still listed).")
+
+    def action_delete(self) -> None:
+        self._act(lambda i: delete_preference(self.store, i), "Deleted #{id}: “{text}”.")
+
+    def action_edit(self) -> None:
+        pref_id = self._selected()
+        if pref_id is None:
+            return
+        current = get_preference(self.store, pref_id).text
+
+        def save(text: str | None) -> None:
+            if text is not None and text != current:
+                self._act(lambda i: edit_preference(self.store, i, text), "Saved #{id}.")
+
+        self.app.push_screen(EditPreferenceScreen(current), save)
