@@ -52,7 +52,11 @@ def add_commands(add: AddCommand) -> None:
     p.add_argument("--compare", action="store_true", help="run off/shuffled/binary/opd/combined with one seed")
     p.add_argument("--probe", action="store_true", help="print the base and with-hint scores only (a minute)")
     p.add_argument(
-        "--judge-set", nargs="?", const="", metavar="FILE", help="measure the judge on a labelled set (default shipped)"
+        "--judge-set",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="measure the judge on a labelled set (default: the shipped turn, tool-step and standing sets)",
     )
 
 
@@ -162,13 +166,13 @@ def _probe(args: argparse.Namespace, config: Config, persona) -> int:
 
 
 def _judge_set(args: argparse.Namespace, config: Config) -> int:
-    from clawdesk.eval.judge_set import evaluate, format_report, load_cases
+    from clawdesk.eval.judge_set import SHIPPED_JUDGE_SETS, evaluate, format_report, load_cases
     from clawdesk.eval.personas import assets_dir
     from clawdesk.eval.report import write_json
     from clawdesk.runtime import load_engine, load_judge
 
-    path = Path(args.judge_set) if args.judge_set else assets_dir() / "judge-set.jsonl"
-    cases = load_cases(path)
+    paths = [Path(args.judge_set)] if args.judge_set else [assets_dir() / name for name in SHIPPED_JUDGE_SETS]
+    cases = [case for path in paths for case in load_cases(path)]
     if args.out is not None:  # before the judge runs for minutes, not after
         from clawdesk.store.db import ensure_dir
 
@@ -184,7 +188,7 @@ def _judge_set(args: argparse.Namespace, config: Config) -> int:
             if judge.engine is not engine:
                 judge.engine.close()
             engine.close()
-    report["file"] = str(path)
+    report["files"] = [str(p) for p in paths]
     print(format_report(report))
     if args.out is not None:
         write_json(args.out / "judge-set.json", report)

@@ -1,0 +1,124 @@
+"""Standing or one-off: does an accepted hint say how replies should be *in general*?
+
+A hint the judge accepted is the user's own words ("Keep answers short", "I meant Paris,
+France"). The preference memory keeps only the *standing* ones (how every reply should be);
+a *one-off* correction fixes this one reply and must not follow the user into other chats.
+:func:`classify_hint` decides with the engine, the channel way (:mod:`clawdesk.judge.channel`):
+the hint is scored as the continuation of two framings, ::
+
+    A user asked an assistant: {request}
+    The user stated a general preference for all future answers: <hint>     log p = s
+    The user corrected a detail of this one answer: <hint>                    log p = o
+
+and vote i uses the i-th paraphrase of each (``clawdesk/judge/prompts/standing_v1.txt``). Both
+framings score the same tokens, so what decides is how well each account explains the user's
+words. The result is the sign of the mean margin over the votes, ``"standing"`` or ``"one-off"``,
+or ``"unsure"`` when it is within :data:`UNSURE_MARGIN` nats of zero (the caller lets the user
+decide).
+Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from clawdesk.engine import Engine
+from clawdesk.errors import InputError, JudgeError
+from clawdesk.judge.channel import context, continuation, load_template
+
+HintKind = Literal["standing", "one-off", "unsure"]
+TEMPLATE = "standing_v1.txt"
+VERSION = "standing-v1-channel"
+LABELS = ("standing", "one-off")
+DEFAULT_VOTES = 3  # when given a bare engine (a judge brings its own judge.votes)
+# Below this mean margin (nats) between the two framings the classifier says "unsure": a small
+# model's margins near zero are noise, and an unsure hint costs the user one question, while a
+# wrong "standing" puts a one-off correction into every later prompt. Set from a run on
+# assets/judge-set-standing.jsonl (docs/learning.md): 0.5 made 6 of 38 unsure, 0.25 made 2.
+UNSURE_MARGIN = 0.25
+
+
+class _LogprobJudge(Protocol):
+    """What of a :class:`~clawdesk.judge.runner.Judge` is used: its scorer that yields to the chat."""
+
+    def continuation_logprob(self, prompt_text: str, continuation: str) -> float: ...
+
+
+@dataclass(frozen=True)
+class HintClass:
+    """The decision with its evidence: per vote, log p(standing framing) − log p(one-off framing)."""
+
+    kind: HintKind
+    margins: tuple[float, ...]
+
+    @property
+    def mean_margin(self) -> float:
+        return sum(self.margins) / len(self.margins)
+
+
+def classify_hint(
+    engine_or_judge: Engine | _LogprobJudge, hint_text: str, request: str, next_message: str = ""
+) -> HintKind:
+    """``"standing"``, ``"one-off"`` or ``"unsure"`` for an accepted hint (see the module docstring).
+
+    ``engine_or_judge``: a :class:`~clawdesk.judge.runner.Judge` (its calls yield to the chat and
+    stop with it, :class:`~clawdesk.judge.runner.JudgeInterrupted`; ``judge.votes`` votes) or a
+    bare :class:`~clawdesk.engine.Engine` (base weights, :data:`DEFAULT_VOTES` votes).
+    ``hint_text`` is the accepted hint, ``request`` the user message of the judged turn,
+    ``next_message`` the user's message the hint came from (quoted before the hint when it is
+    more than the hint itself). Raises :class:`~clawdesk.errors.InputError` for an empty hint.
+    """
+    return classify_hint_votes(engine_or_judge, hint_text, request, next_message).kind
+
+
+def classify_hint_votes(
+    engine_or_judge: Engine | _LogprobJudge, hint_text: str, request: str, next_message: str = ""
+) -> HintClass:
+    """:func:`classify_hint` with its per-vote margins (for the judge set and the logs)."""
+    if not hint_text.strip():
+        raise InputError("classify_hint needs the hint's text; it was empty")
+    score, votes = _scorer(engine_or_judge)
+    frames = load_template(TEMPLATE, LABELS)
+    prefix = context(request, "", frames)
+    extra = " ".join(next_message.split())
+    if extra and extra != " ".join(hint_text.split()):
+        prefix += f"The user wrote: {continuation(extra).strip()}\n"
+    cont = continuation(hint_text)
+    margins = tuple(
+        score(prefix + frames.framing("standing", i), cont) - score(prefix + frames.framing("one-off", i), cont)
+        for i in range(votes)
+    )
+    return HintClass(decide(margins), margins)
+
+
+def decide(margins: Sequence[float], unsure_margin: float = UNSURE_MARGIN) -> HintKind:
+    """The kind the per-vote margins give: the sign of their mean, ``unsure`` within ``unsure_margin`` of 0.
+
+    The mean, not a majority of signs: one paraphrase pair often leans hard one way on its own
+    (a margin of 10 nats for one vote and −2 for another), and the mean weighs how sure each is."""
+    if not margins:
+        raise ValueError("decide() needs at least one vote")
+    mean = sum(margins) / len(margins)
+    if abs(mean) < unsure_margin:
+        return "unsure"
+    return "standing" if mean > 0 else "one-off"
+
+
+def _scorer(engine_or_judge: Engine | _LogprobJudge) -> tuple[Callable[[str, str], float], int]:
+    """(log p(continuation | prompt text), number of votes) for a judge or a bare engine."""
+    if isinstance(engine_or_judge, Engine):
+        engine = engine_or_judge
+
+        def score(prompt_text: str, cont: str) -> float:
+            found = engine.continuation_logprobs(
+                engine.tokenize_plain(prompt_text, bos=True), [engine.tokenize_plain(cont)]
+            )
+            if found is None:  # only a stop_when stops it, and none is given
+                raise JudgeError("the engine stopped scoring a hint without being asked to")
+            return found[0]
+
+        return score, DEFAULT_VOTES
+    config = getattr(engine_or_judge, "config", None)
+    return engine_or_judge.continuation_logprob, getattr(config, "votes", DEFAULT_VOTES)
