@@ -90,15 +90,12 @@ def build_learning_loop(
 def hint_classifier(config: Config, judge: Judge) -> HintClassifier | None:
     """The judge's standing-vs-one-off call that turns hints into preference items; None: the memory is off.
 
-    It is :func:`clawdesk.judge.standing.classify_hint` bound to ``judge``. Until that module is part
-    of this tree, None: hints are not noted on their own (``clawdesk prefs add`` still adds items).
+    It is :func:`clawdesk.judge.standing.classify_hint` bound to ``judge`` (its votes yield to the chat).
     """
     if not config.memory.enabled:
         return None
-    try:
-        from clawdesk.judge.standing import classify_hint  # type: ignore[import-not-found]
-    except ImportError:  # the classifier lands with the judge's standing/one-off work (issue 22)
-        return None
     import functools
+
+    from clawdesk.judge.standing import classify_hint
 
     return functools.partial(classify_hint, judge)

@@ -412,9 +412,9 @@ def test_the_app_notes_preferences_only_with_the_memory_on(home, engine):
     judge = Judge(engine, JudgeConfig())
     assert hint_classifier(Config(home=home, memory=MemoryConfig(enabled=False)), judge) is None
     classify = hint_classifier(Config(home=home), judge)
-    try:
-        from clawdesk.judge.standing import classify_hint  # noqa: F401  (the judge's classifier, once merged)
-    except ImportError:
-        assert classify is None  # not in this tree yet: hints are not noted on their own
-    else:
-        assert classify is not None and classify.args == (judge,)
+    from clawdesk.judge.standing import classify_hint, classify_hint_votes
+
+    assert classify.func is classify_hint and classify.args == (judge,)  # the judge's own calls, yielding to the chat
+    hint = "Always keep your answers under two sentences."
+    kind = classify(hint, "What is a star?", hint)
+    assert kind == classify_hint_votes(engine, hint, "What is a star?", hint).kind
