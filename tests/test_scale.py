@@ -34,7 +34,7 @@ from clawdesk.store.judgments import (
     set_veto,
 )
 from clawdesk.store.judgments import forget as forget_judgment
-from clawdesk.store.migrations import STEP_JUDGE_DONE, STEP_SAMPLE_DONE
+from clawdesk.store.migrations_steps import STEP_JUDGE_DONE, STEP_SAMPLE_DONE
 from clawdesk.store.samples import _ready, count_ready, ready_samples
 
 SHA = "scale-test-sha"
