@@ -87,13 +87,14 @@ def test_seeds_are_averaged_point_by_point():
                    "final_score": scores[-1][1], "interactions_to_target": None if seed else 4}]  # fmt: skip
         return {"persona": "s", "scenario": "s", "method": "combined", "judge": "oracle", "model": "m", "seed": seed,
                 "scores": scores, "with_hint_score": 0.5, "phases": phases, "retention": {"a": ret},
-                "max_ppl_ratio": 1.0 + seed / 100, "wall_s": 10.0}  # fmt: skip
+                "max_ppl_ratio": 1.0 + seed / 100, "ppl_ratio": 1.0, "wall_s": 10.0, "train_s": 5.0}  # fmt: skip
 
     agg = aggregate_seeds([run(0, [[0, 0.0], [4, 1.0]], 1.0), run(1, [[0, 0.5], [4, 0.5]], 0.5)])
     assert agg["seeds"] == [0, 1] and agg["scores_mean"] == [[0, 0.25], [4, 0.75]]
     assert agg["scores_min"] == [[0, 0.0], [4, 0.5]] and agg["scores_max"] == [[0, 0.5], [4, 1.0]]
     assert agg["phases"][0]["interactions_to_target"] == [4, None] and agg["phases"][0]["final_score"] == 0.75
     assert agg["retention"] == {"a": 0.75} and agg["max_ppl_ratio"] == 1.01 and agg["wall_s"] == 20.0
+    assert agg["best_score"] == 0.75 and agg["interactions_to_target"] is None  # the mean curve never reaches 0.8
     with pytest.raises(ValueError, match="different points"):
         aggregate_seeds([run(0, [[0, 0.0], [4, 1.0]], 1.0), run(1, [[0, 0.5]], 0.5)])
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import InputError
+from clawdesk.eval.scenarios import interactions_to_target
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -102,7 +103,8 @@ def write_compare(out_dir: Path, results: list[dict[str, Any]]) -> str:
     first = results[0]
     title = (
         f"{first['persona']} · {first['model']} · {first['interactions']} interactions, "
-        f"train every {first['train_every']}, batch {first['batch_size']}, seed {first['seed']}"
+        f"train every {first['train_every']}, batch {first['batch_size']}, "
+        + (f"seeds {first['seeds']}" if "seeds" in first else f"seed {first['seed']}")
     )
     table = compare_table(results)
     write_json(out_dir / "compare.json", {"title": title, "runs": results})
@@ -157,6 +159,10 @@ def aggregate_seeds(results: list[dict[str, Any]]) -> dict[str, Any]:
         "scores_max": column(values, max),
         "base_score": mean[0][1],
         "final_score": mean[-1][1],
+        "best_score": max(v for _, v in mean),
+        "interactions_to_target": interactions_to_target(mean, 0, None),  # of the mean curve
+        "ppl_ratio": sum(r["ppl_ratio"] for r in results) / len(results),
+        "train_s": sum(r["train_s"] for r in results),
         "with_hint_score": first["with_hint_score"],
         "phases": phases,
         "retention": {n: sum(r["retention"][n] for r in results) / len(results) for n in first["retention"]},
