@@ -265,3 +265,15 @@ def test_a_tiny_two_phase_scenario_runs_for_real(tmp_path, demo_gguf, monkeypatc
     assert r["max_ppl_ratio"] == max(v for _, v in r["ppl_curve"])
     assert sorted(r["kept_versions"] + r["rejected_versions"]) == [1, 2]  # one training round per phase
     assert (tmp_path / "out" / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_probe_scores_each_distinct_phase_of_a_scenario(tmp_path, demo_gguf, monkeypatch, capsys):
+    (tmp_path / "short.toml").write_text(TINY_PERSONA.replace('name = "tiny"', 'name = "short"'), encoding="utf-8")
+    (tmp_path / "lists.toml").write_text(LISTS, encoding="utf-8")
+    (tmp_path / "s.toml").write_text(SCENARIO + '[[phase]]\npersonas = ["short.toml"]\ninteractions = 1\n')
+    monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "home"))
+    args = ["eval", "--scenario", str(tmp_path / "s.toml"), "--probe", "--model", str(demo_gguf)]
+    assert main([*args, "--max-reply-tokens", "8"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "with hint" in line]
+    assert [line.split(" on ")[0] for line in lines] == ["short", "tiny-no-lists + short"]  # the repeat is not rescored
+    assert "(1 held-out prompts" in lines[0] and "(2 held-out prompts" in lines[1]
