@@ -1,4 +1,5 @@
-"""``clawdesk eval``: the simulated-user experiment, the method comparison, the hint probe and the judge set.
+"""``clawdesk eval``: the simulated-user experiment (a persona or a scenario), the method comparison,
+the hint probe, several seeds, and the judge set.
 
 Registered on the parser by :func:`add_commands`. Every option defaults to what the app itself does
 (method combined, the self-judge, the learning settings of ``config.toml``), so an eval without
@@ -23,7 +24,12 @@ EPILOG = """\
 result.json keys: persona, method, judge, model, interactions, train_every, batch_size, seed,
 base_score, final_score, best_score, with_hint_score, scores ([interactions, score] pairs),
 interactions_to_target (first score >= 0.8, or null), ppl_ratio, judge_agreement (self judge),
-wall_s, train_s, config. See docs/learning.md for measured tables.
+wall_s, train_s, config; scenario, phases (personas, start, interactions, base_score,
+with_hint_score, scores, final_score, interactions_to_target from the phase start: first score
+>= 0.8 or >= base_score + 0.3), retention (personas of an earlier phase still active: own score at
+the end), max_ppl_ratio, kept_versions, rejected_versions. A --persona run is a one-phase scenario.
+--seeds N: one run per seed in DIR/seed-K/, and in DIR/result.json seeds, scores_mean, scores_min,
+scores_max. See docs/learning.md for measured tables.
 """
 
 
@@ -31,11 +37,15 @@ def add_commands(add: AddCommand) -> None:
     p = add("eval", cmd_eval, "measure learning with a simulated user (persona), or measure the judge")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
-    p.add_argument("--persona", metavar="FILE|NAME", help="a persona .toml, or a shipped persona's name")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--persona", metavar="FILE|NAME", help="a persona .toml, or a shipped persona's name")
+    what.add_argument("--scenario", metavar="FILE|NAME", help="a scenario .toml (phases of personas), or a shipped one")
     p.add_argument("--method", choices=["off", "shuffled", "binary", "opd", "combined"], default="combined")
     p.add_argument("--judge", choices=["oracle", "self"], default="self", help="self = the app's judge (default)")
     p.add_argument("--judge-method", choices=["channel", "logprob", "sampled"], help="override judge.method")
-    p.add_argument("--interactions", type=count, default=64, metavar="N")
+    p.add_argument(
+        "--interactions", type=count, metavar="N", help="with --persona (default 64); scenarios set their own"
+    )
     p.add_argument("--train-every", type=count, metavar="K", help="judge and train every K interactions (default B)")
     p.add_argument(
         "--batch-size", type=count, metavar="B", help="samples per optimizer step (default train.batch_size)"
@@ -46,7 +56,9 @@ def add_commands(add: AddCommand) -> None:
         "--train-option", action="append", default=[], metavar="KEY=VALUE",
         help="any [train] setting for this run, as in config.toml (repeatable), e.g. advantage=baseline",
     )  # fmt: skip
-    p.add_argument("--seed", type=seed, default=0)
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=seed, default=0)
+    seeds.add_argument("--seeds", type=count, metavar="N", help="run seeds 0..N-1; result.json gets mean, min, max")
     p.add_argument("--max-reply-tokens", type=count, default=160, metavar="T", help="reply cap in the eval")
     p.add_argument("--out", type=Path, metavar="DIR", help="where result.json, curve.png (and compare.*) go")
     p.add_argument("--compare", action="store_true", help="run off/shuffled/binary/opd/combined with one seed")
@@ -84,45 +96,75 @@ def cmd_eval(args: argparse.Namespace, config: Config) -> int:
     config = _config_for(args, config)
     if args.judge_set is not None:
         return _judge_set(args, config)
-    if not args.persona:
-        raise InputError("say which persona: clawdesk eval --persona NAME|FILE (or --judge-set to measure the judge)")
-    from clawdesk.eval.personas import load_persona
-
-    persona = load_persona(args.persona)
+    scenario = _scenario(args)
     if args.probe:
-        return _probe(args, config, persona)
+        return _probe(args, config, scenario)
     if args.out is None:
         raise InputError("say where results go: --out DIR")
     from clawdesk.eval.experiment import METHODS, EvalOptions, Experiment
-    from clawdesk.eval.report import write_compare, write_run
+    from clawdesk.eval.report import write_compare, write_run, write_seeds
 
     batch = args.batch_size or config.train.batch_size
     methods = METHODS if args.compare else (args.method,)
+    seeds = range(args.seeds) if args.seeds else (args.seed,)
     results = []
     for method in methods:
-        opts = EvalOptions(
-            method=method, judge=args.judge, interactions=args.interactions, train_every=args.train_every or batch,
-            batch_size=batch, seed=args.seed, max_reply_tokens=args.max_reply_tokens,
-        )  # fmt: skip
         out = args.out / method if args.compare else args.out
-        print(f"eval {persona.name}: method {method}, judge {opts.effective_judge} → {out}", file=sys.stderr)
-        result = Experiment(config, persona, opts, out, args.model, on_event=_Printer()).run()
-        write_run(out, result)
-        results.append(result)
-        print(_summary(result))
+        runs = []
+        for s in seeds:
+            opts = EvalOptions(
+                method=method, judge=args.judge, train_every=args.train_every or batch, batch_size=batch, seed=s,
+                max_reply_tokens=args.max_reply_tokens,
+            )  # fmt: skip
+            run_out = out / f"seed-{s}" if args.seeds else out
+            print(f"eval {scenario.name}: method {method}, judge {opts.effective_judge} → {run_out}", file=sys.stderr)
+            result = Experiment(config, scenario, opts, run_out, args.model, on_event=_Printer()).run()
+            write_run(run_out, result)
+            runs.append(result)
+            print(_summary(result))
+        if args.seeds:
+            summary = write_seeds(out, runs)
+            print(_summary(summary | {"seed": "mean"}) + f" (seeds {summary['seeds']} → {out / 'result.json'})")
+            runs = [summary]
+        results.extend(runs)
     if args.compare:
         print(write_compare(args.out, results))
         print(f"wrote {args.out / 'compare.md'}, compare.json, compare.png")
     return 0
 
 
+def _scenario(args: argparse.Namespace):
+    """The run's scenario: a shipped or given scenario file, or one persona as a one-phase scenario."""
+    from clawdesk.eval.personas import load_persona
+    from clawdesk.eval.scenarios import Scenario, load_scenario
+
+    if args.scenario:
+        if args.interactions is not None:
+            raise InputError("--interactions is for --persona; a scenario's phases set their own interactions")
+        return load_scenario(args.scenario)
+    if not args.persona:
+        raise InputError(
+            "say which persona or scenario: clawdesk eval --persona NAME|FILE or --scenario NAME|FILE "
+            "(or --judge-set to measure the judge)"
+        )
+    return Scenario.single(load_persona(args.persona), args.interactions or 64)
+
+
 def _summary(r: dict) -> str:
     curve = ", ".join(f"{int(n)}→{s:.2f}" for n, s in r["scores"])
-    return (
-        f"{r['persona']} [{r['method']}, {r['judge']} judge]: base {r['base_score']:.2f} → final "
-        f"{r['final_score']:.2f} (best {r['best_score']:.2f}, with hint {r['with_hint_score']:.2f}); "
-        f"ppl ratio {r['ppl_ratio']:.3f}; {r['wall_s']:.0f} s. Curve: {curve}"
+    text = (
+        f"{r['persona']} [{r['method']}, {r['judge']} judge, seed {r['seed']}]: base {r['base_score']:.2f} → final "
+        f"{r['final_score']:.2f} (with hint {r['with_hint_score']:.2f}); highest ppl ratio "
+        f"{r['max_ppl_ratio']:.3f}; {r['wall_s']:.0f} s. Curve: {curve}"
     )
+    if len(r["phases"]) > 1:
+        for k, ph in enumerate(r["phases"], 1):
+            text += (
+                f"\n  phase {k} ({' + '.join(ph['personas'])}, from {ph['start']}): base {ph['base_score']:.2f} → "
+                f"{ph['final_score']:.2f}, to target {ph['interactions_to_target']}"
+            )
+        text += "\n  retention: " + (", ".join(f"{n} {s:.2f}" for n, s in r["retention"].items()) or "none")
+    return text
 
 
 class _Printer:
@@ -145,23 +187,29 @@ class _Printer:
         self.bar(event.done, event.total)
 
 
-def _probe(args: argparse.Namespace, config: Config, persona) -> int:
+def _probe(args: argparse.Namespace, config: Config, scenario) -> int:
+    """Base and with-hint scores of each distinct phase (of the one persona, for --persona)."""
     from clawdesk.eval.scoring import Scorer
     from clawdesk.runtime import load_engine
 
+    phases = list({tuple(ph.names): ph for ph in scenario.phases}.values())
+    lines = []
     with opened_store(config) as store:
         engine = load_engine(config, store, args.model)
         try:
-            scorer = Scorer(engine, persona, config.chat.system_prompt, args.max_reply_tokens)
-            base = scorer.score()
-            base_replies = scorer.last_replies
-            hinted = scorer.score(hint=True)
+            for phase in phases:
+                scorer = Scorer(engine, phase, config.chat.system_prompt, args.max_reply_tokens)
+                base = scorer.score()
+                base_replies = scorer.last_replies
+                hinted = scorer.score(hint=True)
+                lines.append(f"{' + '.join(phase.names)} on {engine.identity.name}: base {base:.2f}, with hint "
+                             f"{hinted:.2f} ({len(phase.heldout)} held-out prompts; shipped personas need with hint "
+                             "≥ base + 0.3)")  # fmt: skip
+                for prompt, reply in zip(phase.heldout[:3], base_replies[:3], strict=False):
+                    lines.append(f"  · {prompt}\n    {' '.join(reply.split())[:160]}")
         finally:
             engine.close()
-    print(f"{persona.name} on {engine.identity.name}: base {base:.2f}, with hint {hinted:.2f} "
-          f"({len(persona.heldout)} held-out prompts; shipped personas need with hint ≥ base + 0.3)")  # fmt: skip
-    for prompt, reply in zip(persona.heldout[:3], base_replies[:3], strict=False):
-        print(f"  · {prompt}\n    {' '.join(reply.split())[:160]}")
+    print("\n".join(lines))
     return 0
 
 

@@ -1,12 +1,15 @@
-"""The simulated-user experiment: one persona, one learning method, N interactions, held-out scores.
+"""The simulated-user experiment: one scenario (or one persona), one learning method, held-out scores.
 
-One interaction is a new chat session (one session per task, as in the paper): the persona's next
-training prompt → the served reply (sampled, adapter on, exactly as the chat serves it) → the
-simulated user's satisfied/unsatisfied message, recorded as the next turn (its own reply is not
-generated: it is the next state and nothing more). Every ``train_every`` interactions the pending
-turns are judged (``self``: the app's judge, from ``runtime.load_judge``; ``oracle``: reward from the
-persona's checks, hint from ``feedback.hint``), the app's trainer makes as many versions as full
-batches are ready, and the newest ready version is hot-swapped in with the app's own
+A run walks a :class:`~clawdesk.eval.scenarios.Scenario` phase by phase (a ``--persona`` run is a
+one-phase scenario). One interaction is a new chat session (one session per task, as in the paper):
+the phase's next training prompt → the served reply (sampled, adapter on, exactly as the chat
+serves it) → the simulated user's satisfied/unsatisfied message, recorded as the next turn (its own
+reply is not generated: it is the next state and nothing more). Each phase is scored at its start
+(with the adapter served then) and after every training round on its own held-out set. Every
+``train_every`` interactions, and at the end of every phase, the pending turns are judged (``self``:
+the app's judge, from ``runtime.load_judge``; ``oracle``: reward from the phase's checks, hint from
+the first failing persona), the app's trainer makes as many versions as full batches are ready,
+and the newest ready version is hot-swapped in with the app's own
 :class:`~clawdesk.reload.AdapterSwitch`.
 
 The base model for training is loaded once per run (a :class:`~clawdesk.learn.learner.Learner`
@@ -43,19 +46,18 @@ from typing import Any
 
 from clawdesk.config import Config
 from clawdesk.errors import InputError
-from clawdesk.eval.personas import Persona
+from clawdesk.eval.scenarios import TARGET, Phase, Scenario, interactions_to_target, retention
 from clawdesk.eval.scoring import Scorer
 
 METHODS = ("off", "shuffled", "binary", "opd", "combined")
 JUDGES = ("oracle", "self")
-TARGET = 0.8
+__all__ = ["JUDGES", "METHODS", "TARGET", "Agreement", "EvalEvent", "EvalOptions", "Experiment", "shuffle_signals"]
 
 
 @dataclass(frozen=True)
 class EvalOptions:
     method: str = "combined"
     judge: str = "self"
-    interactions: int = 64
     train_every: int = 16
     batch_size: int = 16
     seed: int = 0
@@ -66,13 +68,20 @@ class EvalOptions:
             raise InputError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.judge not in JUDGES:
             raise InputError(f"--judge must be oracle or self, got {self.judge!r}")
-        for name in ("interactions", "train_every", "batch_size", "max_reply_tokens"):
+        for name in ("train_every", "batch_size", "max_reply_tokens"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
 
     @property
     def effective_judge(self) -> str:
         return "oracle" if self.method == "shuffled" else self.judge  # shuffled permutes the oracle's signals
+
+
+def shuffle_signals(signals: list, seed: int, salt: int) -> list:
+    """The ``shuffled`` control: the round's (reward, hint) pairs in a seeded random order (same multiset)."""
+    out = list(signals)
+    random.Random(seed * 7919 + salt).shuffle(out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -88,17 +97,29 @@ class EvalEvent:
 @dataclass
 class _Turn:
     turn_id: int
-    satisfied: bool  # what the persona's checks say of the served reply
+    satisfied: bool  # what the phase's checks say of the served reply
+    hint: str | None  # the oracle's hint: the first failing persona's
+    phase: int
 
 
 @dataclass
-class _Agreement:
+class Agreement:
+    """How the self-judge's signals match the simulated user's truth (counted per turn)."""
+
     n: int = 0
     agree: int = 0
     hinted_unsat: int = 0
     n_unsat: int = 0
     hinted_sat: int = 0
     n_sat: int = 0
+
+    def count(self, reward: int, hinted: bool, satisfied: bool) -> None:
+        self.n += 1
+        self.agree += reward == (1 if satisfied else -1)
+        if satisfied:
+            self.n_sat, self.hinted_sat = self.n_sat + 1, self.hinted_sat + hinted
+        else:
+            self.n_unsat, self.hinted_unsat = self.n_unsat + 1, self.hinted_unsat + hinted
 
     def result(self) -> dict[str, Any]:
         return {
@@ -111,26 +132,28 @@ class _Agreement:
 
 @dataclass
 class Experiment:
-    """One run of one method; :meth:`run` returns the ``result.json`` dict."""
+    """One run of one method on one scenario; :meth:`run` returns the ``result.json`` dict."""
 
     config: Config  # the user's config: learning settings to start from (its home is never touched)
-    persona: Persona
+    scenario: Scenario
     options: EvalOptions
     out_dir: Path
     model_spec: str | None = None
     on_event: Callable[[EvalEvent], None] = lambda _e: None
     _turns: list[_Turn] = field(default_factory=list)
-    _agreement: _Agreement = field(default_factory=_Agreement)
+    _agreement: Agreement = field(default_factory=Agreement)
+    _phase_agreement: dict[int, Agreement] = field(default_factory=dict)
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
 
     def run(self) -> dict[str, Any]:
         from clawdesk.agent import AgentService
         from clawdesk.reload import AdapterSwitch
         from clawdesk.runtime import load_engine, load_judge, open_store
+        from clawdesk.store.versions import list_versions
 
-        opts, persona = self.options, self.persona
+        opts, scenario = self.options, self.scenario
         started = time.monotonic()
-        cfg = self._run_config()
+        cfg = self.run_config()
         store = open_store(cfg)
         engine = load_engine(cfg, store, self.model_spec)
         judge = None
@@ -138,65 +161,81 @@ class Experiment:
             if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
                 judge = load_judge(cfg, store, engine)
             service = AgentService(engine, cfg.chat)
-            scorer = Scorer(engine, persona, cfg.chat.system_prompt, opts.max_reply_tokens)
+            scorer = Scorer(engine, scenario.phases[0], cfg.chat.system_prompt, opts.max_reply_tokens)
             switch = AdapterSwitch(engine, store)
-            self._emit("score", 0, 1, "scoring the base model")
-            base = scorer.score()
-            with_hint = scorer.score(hint=True)
-            scores: list[list[float]] = [[0, base]]
             ppl_curve: list[list[float]] = [[0, 1.0]]
-            learner, train_s = None, 0.0
-            for i in range(opts.interactions):
-                self._interact(service, store, i)
-                self._emit("interact", i + 1, opts.interactions, persona.prompts[i % len(persona.prompts)])
-                if (i + 1) % opts.train_every and i + 1 < opts.interactions:
-                    continue
-                self._judge_pending(store, engine, judge)
-                if opts.method == "off":
-                    continue
-                t0 = time.monotonic()
-                learner, made = self._train(cfg, engine, learner)
-                train_s += time.monotonic() - t0
-                if not made:
-                    continue
-                served = engine.adapter_version
-                switch.sync()
-                if engine.adapter_version == served:
-                    # Every new version was rejected: the same weights are served, and greedy replies on a
-                    # fresh cache repeat exactly, so the point is the last one again (not re-scored).
-                    scores.append([i + 1, scores[-1][1]])
-                    ppl_curve.append([i + 1, ppl_curve[-1][1]])
-                    continue
-                self._emit("score", i + 1, opts.interactions, f"scoring adapter v{engine.adapter_version}")
-                scores.append([i + 1, scorer.score()])
-                ppl_curve.append([i + 1, self._ppl_ratio(learner, engine, cfg)["ppl_ratio"]])
+            phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
+            learner, train_s, i, replies = None, 0.0, 0, []
+            for j, phase in enumerate(scenario.phases):
+                start, scorer.persona = i, phase
+                names = tuple(phase.names)
+                if names not in with_hint:
+                    with_hint[names] = scorer.score(hint=True)
+                self._emit("score", i, scenario.total, f"phase {j + 1}: scoring {' + '.join(names)}")
+                base = scorer.score()
+                replies = scorer.last_replies
+                scores: list[list[float]] = [[i, base]]
+                for k in range(phase.interactions):
+                    self._interact(service, store, phase, j, i, k)
+                    i += 1
+                    self._emit("interact", i, scenario.total, phase.prompt(k))
+                    if i % opts.train_every and k + 1 < phase.interactions:
+                        continue  # a round every train_every interactions, and at the end of every phase
+                    self._judge_pending(store, engine, judge)
+                    if opts.method == "off":
+                        continue
+                    t0 = time.monotonic()
+                    learner, made = self._train(cfg, engine, learner)
+                    train_s += time.monotonic() - t0
+                    served = engine.adapter_version
+                    if made:
+                        switch.sync()
+                    if engine.adapter_version == served:
+                        # No new version served (too few samples, or every one rejected): the same weights,
+                        # and greedy replies on a fresh cache repeat exactly, so the point is the last one again.
+                        scores.append([i, scores[-1][1]])
+                        ppl_curve.append([i, ppl_curve[-1][1]])
+                        continue
+                    self._emit("score", i, scenario.total, f"scoring adapter v{engine.adapter_version}")
+                    scores.append([i, scorer.score()])
+                    replies = scorer.last_replies
+                    ppl_curve.append([i, self._ppl_ratio(learner, engine, cfg)["ppl_ratio"]])
+                phases.append(self._phase_result(j, phase, start, scores, with_hint[names]))
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
+            versions = list_versions(store)
         finally:
             if judge is not None and judge.engine is not engine:
                 judge.engine.close()
             engine.close()
             store.close()
+        scores = [point for ph in phases for point in ph["scores"]]
         values = [s for _, s in scores]
         result = {
-            "persona": persona.name,
+            "persona": scenario.name,
+            "scenario": scenario.name if scenario.path is not None else None,
             "method": opts.method,
             "judge": opts.effective_judge,
             "model": engine.identity.name,
-            "interactions": opts.interactions,
+            "interactions": scenario.total,
             "train_every": opts.train_every,
             "batch_size": opts.batch_size,
             "seed": opts.seed,
-            "base_score": base,
+            "base_score": phases[0]["base_score"],
             "final_score": values[-1],
             "best_score": max(values),
-            "with_hint_score": with_hint,
-            "scores": scores,
-            "interactions_to_target": next((int(n) for n, s in scores if s >= TARGET), None),
+            "with_hint_score": phases[0]["with_hint_score"],
+            "scores": scores,  # every phase's points in turn: two points at a phase boundary (end, next base)
+            "interactions_to_target": interactions_to_target(scores, 0, None),
             "ppl_ratio": ppl["ppl_ratio"],
             "neutral_nll": ppl,
             "ppl_curve": ppl_curve,  # [interactions, ppl_ratio of the adapter served then]
+            "max_ppl_ratio": max(r for _, r in ppl_curve),
             "judge_agreement": self._agreement.result() if opts.effective_judge == "self" else None,
             "n_satisfied": sum(t.satisfied for t in self._turns),
+            "phases": phases,
+            "retention": retention(scenario, replies),  # the last scoring's replies: the weights served at the end
+            "kept_versions": [v.version for v in versions if v.ready],
+            "rejected_versions": [v.version for v in versions if not v.ready],
             "wall_s": time.monotonic() - started,
             "train_s": train_s,
             "config": {
@@ -204,14 +243,31 @@ class Experiment:
                 "judge": dataclasses.asdict(cfg.judge),
                 "chat": {"temperature": cfg.chat.temperature, "max_reply_tokens": opts.max_reply_tokens},
                 "model_path": str(engine.identity.path),
+                "scenario_file": str(scenario.path) if scenario.path is not None else None,
             },
         }
-        self._emit("done", opts.interactions, opts.interactions, f"final score {values[-1]:.2f}")
+        self._emit("done", scenario.total, scenario.total, f"final score {values[-1]:.2f}")
         return result
+
+    def _phase_result(self, j: int, phase: Phase, start: int, scores, with_hint: float) -> dict[str, Any]:
+        base = scores[0][1]
+        agreement = self._phase_agreement.get(j, Agreement())
+        return {
+            "personas": phase.names,
+            "start": start,
+            "interactions": phase.interactions,
+            "base_score": base,
+            "with_hint_score": with_hint,
+            "scores": scores,
+            "final_score": scores[-1][1],
+            "interactions_to_target": interactions_to_target(scores, start, base),
+            "n_satisfied": sum(t.satisfied for t in self._turns if t.phase == j),
+            "judge_agreement": agreement.result() if self.options.effective_judge == "self" else None,
+        }
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _run_config(self) -> Config:
+    def run_config(self) -> Config:
         """The user's settings in a fresh data dir, with the method's loss weights and the batch size."""
         opts = self.options
         home = self.out_dir / "home"
@@ -233,17 +289,17 @@ class Experiment:
 
     # -- one interaction ---------------------------------------------------------------------
 
-    def _interact(self, service, store, i: int) -> None:
-        persona = self.persona
+    def _interact(self, service, store, phase: Phase, j: int, i: int, k: int) -> None:
+        """Interaction ``i`` of the run (``k`` of phase ``j``)."""
         session = service.new_session(store)
-        result = service.run_turn(store, session.id, persona.prompts[i % len(persona.prompts)])
-        satisfied = persona.satisfies(result.reply.content)
+        result = service.run_turn(store, session.id, phase.prompt(k))
+        reaction = phase.react(result.reply.content, i)
         # The user's next message is recorded as the next turn but gets no reply: a pre-set cancel
         # makes the app's own turn path record it without generating (the eval needs only the state).
         stopped = threading.Event()
         stopped.set()
-        service.run_turn(store, session.id, persona.feedback(satisfied, i), cancel=stopped)
-        self._turns.append(_Turn(result.turn_id, satisfied))
+        service.run_turn(store, session.id, reaction.message, cancel=stopped)
+        self._turns.append(_Turn(result.turn_id, reaction.satisfied, reaction.hint, j))
 
     # -- judging -----------------------------------------------------------------------------
 
@@ -256,10 +312,11 @@ class Experiment:
         judgments = []
         for k, p in enumerate(pending):
             self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
-            truth = by_id[p.turn.id].satisfied
-            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, truth)
+            turn = by_id[p.turn.id]
+            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, turn)
             if judge is not None:
-                self._count_agreement(j, truth)
+                for agreement in (self._agreement, self._phase_agreement.setdefault(turn.phase, Agreement())):
+                    agreement.count(j.reward, j.hint is not None, turn.satisfied)
             judgments.append(j)
         if self.options.method == "shuffled":
             judgments = self._shuffle(store, engine, pending, judgments)
@@ -268,14 +325,14 @@ class Experiment:
                 j = dataclasses.replace(j, reward=0)  # OPD alone: only hinted turns become samples
             save_judgment(store, j)
 
-    def _oracle(self, store, engine, pending, satisfied: bool, hint_from=None):
+    def _oracle(self, store, engine, pending, turn: _Turn | None, hint_from=None):
         from clawdesk.judge.parse import enhanced_user_message
         from clawdesk.judge.teacher import teacher_prompt, turn_context
         from clawdesk.store.judgments import Judgment
 
-        reward = 1 if satisfied else -1
-        hint = None if satisfied else self.persona.hint
-        if hint_from is not None:
+        if hint_from is None:
+            reward, hint = (1, None) if turn.satisfied else (-1, turn.hint)
+        else:
             reward, hint = hint_from
         enhanced = enhanced_user_message(pending.turn.user_content, hint) if hint else None
         ids, note = teacher_prompt(engine, turn_context(store, pending.turn), enhanced) if enhanced else (None, "")
@@ -288,19 +345,8 @@ class Experiment:
         )  # fmt: skip
 
     def _shuffle(self, store, engine, pending, judgments):
-        signals = [(j.reward, j.hint) for j in judgments]
-        random.Random(self.options.seed * 7919 + len(self._turns)).shuffle(signals)
-        return [self._oracle(store, engine, p, True, hint_from=s) for p, s in zip(pending, signals, strict=True)]
-
-    def _count_agreement(self, judgment, satisfied: bool) -> None:
-        a = self._agreement
-        a.n += 1
-        a.agree += judgment.reward == (1 if satisfied else -1)
-        hinted = judgment.hint is not None
-        if satisfied:
-            a.n_sat, a.hinted_sat = a.n_sat + 1, a.hinted_sat + hinted
-        else:
-            a.n_unsat, a.hinted_unsat = a.n_unsat + 1, a.hinted_unsat + hinted
+        signals = shuffle_signals([(j.reward, j.hint) for j in judgments], self.options.seed, len(self._turns))
+        return [self._oracle(store, engine, p, None, hint_from=s) for p, s in zip(pending, signals, strict=True)]
 
     # -- training ----------------------------------------------------------------------------
 

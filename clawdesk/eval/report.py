@@ -1,4 +1,5 @@
-"""Writing eval results: ``result.json`` + ``curve.png`` per run, ``compare.{json,md,png}`` for ``--compare``.
+"""Writing eval results: ``result.json`` + ``curve.png`` per run, ``compare.{json,md,png}`` for ``--compare``,
+and the mean and spread over seeds for ``--seeds N`` (:func:`aggregate_seeds`).
 
 The JSON keys are a contract (see ``clawdesk eval --help`` and ``docs/learning.md``). Plots use
 matplotlib's Agg backend, so no display is needed.
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import InputError
+from clawdesk.eval.scenarios import interactions_to_target
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -35,9 +37,13 @@ def _plot(path: Path, runs: list[dict[str, Any]], title: str) -> None:
         fig, (ax, low) = plt.subplots(2, 1, figsize=(6.4, 5.6), dpi=100, sharex=True, height_ratios=(2, 1))
     else:
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    _bands(ax, (runs[0].get("phases") or []) if runs else [])
     for r in runs:
         xs, ys = zip(*r["scores"], strict=True)
         ax.plot(xs, ys, marker="o", label=f"{r['method']} ({r['judge']})")
+        if r.get("scores_min"):
+            (_, lo), (_, hi) = zip(*r["scores_min"], strict=True), zip(*r["scores_max"], strict=True)
+            ax.fill_between(xs, lo, hi, alpha=0.2, label=f"{len(r['seeds'])} seeds: min–max")
     if runs:
         ax.axhline(runs[0]["with_hint_score"], color="grey", linestyle=":", label="with hint (teacher)")
     ax.axhline(0.8, color="grey", linestyle="--", linewidth=0.8)
@@ -59,6 +65,16 @@ def _plot(path: Path, runs: list[dict[str, Any]], title: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _bands(ax, phases: list[dict[str, Any]]) -> None:
+    """Each phase of a scenario as a shaded band labelled with its personas (nothing for a one-phase run)."""
+    if len(phases) < 2:
+        return
+    for k, ph in enumerate(phases):
+        lo, hi = ph["start"], ph["start"] + ph["interactions"]
+        ax.axvspan(lo, hi, color=("tab:blue", "tab:orange")[k % 2], alpha=0.08, linewidth=0)
+        ax.text((lo + hi) / 2, 1.0, " + ".join(ph["personas"]), ha="center", va="top", fontsize=7)
 
 
 def write_run(out_dir: Path, result: dict[str, Any]) -> None:
@@ -87,7 +103,8 @@ def write_compare(out_dir: Path, results: list[dict[str, Any]]) -> str:
     first = results[0]
     title = (
         f"{first['persona']} · {first['model']} · {first['interactions']} interactions, "
-        f"train every {first['train_every']}, batch {first['batch_size']}, seed {first['seed']}"
+        f"train every {first['train_every']}, batch {first['batch_size']}, "
+        + (f"seeds {first['seeds']}" if "seeds" in first else f"seed {first['seed']}")
     )
     table = compare_table(results)
     write_json(out_dir / "compare.json", {"title": title, "runs": results})
@@ -99,3 +116,64 @@ def write_compare(out_dir: Path, results: list[dict[str, Any]]) -> str:
         raise InputError(f"cannot write {out_dir / 'compare.md'}: {exc.strerror}") from exc
     _plot(out_dir / "compare.png", results, title)
     return table
+
+
+def aggregate_seeds(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result per seed (same scenario, method and schedule) → the mean and the spread per point.
+
+    Points are matched by position; a run's schedule is fixed by its options (a point after every
+    training round, even one that made no version), so every seed has the same x values. The dict
+    keeps the first seed's descriptive keys and adds ``seeds``, ``scores_mean``, ``scores_min``,
+    ``scores_max``, per phase the mean base and final score and each seed's interactions to target,
+    the mean retention per persona and the highest perplexity ratio of any seed.
+    """
+    xs = [[n for n, _ in r["scores"]] for r in results]
+    if any(x != xs[0] for x in xs):
+        raise ValueError("the seeds' runs scored at different points; they cannot be averaged")
+
+    def column(values: list[list[float]], how) -> list[list[float]]:
+        return [[x, how(v)] for x, v in zip(xs[0], zip(*values, strict=True), strict=True)]
+
+    values = [[s for _, s in r["scores"]] for r in results]
+    mean = column(values, lambda v: sum(v) / len(v))
+    first = results[0]
+    keep = ("persona", "scenario", "method", "judge", "model", "interactions", "train_every", "batch_size", "config")
+    phases = []
+    for k, ph in enumerate(first["phases"]):
+        runs = [r["phases"][k] for r in results]
+        phases.append(
+            {
+                "personas": ph["personas"], "start": ph["start"], "interactions": ph["interactions"],
+                "base_score": sum(p["base_score"] for p in runs) / len(runs),
+                "final_score": sum(p["final_score"] for p in runs) / len(runs),
+                "final_score_min": min(p["final_score"] for p in runs),
+                "final_score_max": max(p["final_score"] for p in runs),
+                "interactions_to_target": [p["interactions_to_target"] for p in runs],
+            }
+        )  # fmt: skip
+    return {k: first[k] for k in keep if k in first} | {
+        "seeds": [r["seed"] for r in results],
+        "scores": mean,  # so the plot and the summary read it like one run's curve
+        "scores_mean": mean,
+        "scores_min": column(values, min),
+        "scores_max": column(values, max),
+        "base_score": mean[0][1],
+        "final_score": mean[-1][1],
+        "best_score": max(v for _, v in mean),
+        "interactions_to_target": interactions_to_target(mean, 0, None),  # of the mean curve
+        "ppl_ratio": sum(r["ppl_ratio"] for r in results) / len(results),
+        "train_s": sum(r["train_s"] for r in results),
+        "with_hint_score": first["with_hint_score"],
+        "phases": phases,
+        "retention": {n: sum(r["retention"][n] for r in results) / len(results) for n in first["retention"]},
+        "max_ppl_ratio": max(r["max_ppl_ratio"] for r in results),
+        "ppl_curve": None,
+        "wall_s": sum(r["wall_s"] for r in results),
+    }
+
+
+def write_seeds(out_dir: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = aggregate_seeds(results)
+    write_json(out_dir / "result.json", summary)
+    _plot(out_dir / "curve.png", [summary], f"{summary['persona']} · {summary['model']} · seeds {summary['seeds']}")
+    return summary

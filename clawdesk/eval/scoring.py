@@ -3,27 +3,41 @@
 Replies are greedy (temperature 0) on a fresh cache each, so a score depends only on the weights
 served, never on what was cached before (see the README's known limits). ``hint=True`` appends the
 persona's hint to each prompt and serves the base weights: the teacher's ceiling, i.e. whether the
-hint moves this model at all. Nothing here is recorded in the turn log.
+hint moves this model at all. Nothing here is recorded in the turn log. What is scored is a
+:class:`Target`: one persona, or a scenario phase (its personas' held-out prompts, all their checks).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from clawdesk.engine import Engine, SamplingParams
 from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import InputError
-from clawdesk.eval.personas import Persona, assets_dir
+from clawdesk.eval.personas import assets_dir
 from clawdesk.judge.parse import enhanced_user_message
 
 NEUTRAL_SET = "neutral-set.jsonl"
 
 
+class Target(Protocol):
+    """What is scored: a :class:`~clawdesk.eval.personas.Persona` or a :class:`~clawdesk.eval.scenarios.Phase`."""
+
+    @property
+    def heldout(self) -> tuple[str, ...]: ...
+
+    @property
+    def hint(self) -> str: ...
+
+    def satisfies(self, reply: str) -> bool: ...
+
+
 @dataclass
 class Scorer:
     engine: Engine
-    persona: Persona
+    persona: Target
     system_prompt: str
     max_tokens: int
     last_replies: list[str] = field(default_factory=list)  # of the latest score() call, for inspection
