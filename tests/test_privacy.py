@@ -223,3 +223,28 @@ def test_trainer_log_is_created_owner_only(tmp_path):
         os.umask(old)
     assert _mode(logs) == 0o700 and _mode(logs / "trainer.log") == 0o600
     assert _mode(existing) == 0o600 and existing.read_text() == "xy"  # appended, and tightened
+
+
+def test_the_learning_stack_is_imported_with_the_hub_offline_and_the_setting_restored():
+    """bitsandbytes on an AVX512-BF16 CPU asked huggingface.co for kernels on import (found by the test above)."""
+    import subprocess
+    import sys
+
+    script = """
+import socket, sys
+attempts = []
+def refuse(*args, **kwargs):
+    attempts.append(args[:1])
+    raise OSError("blocked")
+socket.create_connection = refuse
+import huggingface_hub.constants as hub
+from clawdesk.learn.offline import import_offline
+import_offline()
+import peft, transformers  # bitsandbytes is already in: their imports do not reach it again
+assert "bitsandbytes" in sys.modules
+print(attempts, hub.HF_HUB_OFFLINE)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[] False"  # no attempt; a later `clawdesk pull` may still go online

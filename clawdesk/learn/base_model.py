@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import TrainError
+from clawdesk.learn.offline import import_offline
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +128,7 @@ def load_base(
     ``train.base_dtype``: "float32" / "bfloat16" set the weight dtype; "auto" keeps :func:`compute_dtype`
     on CUDA and, on a CPU, fp32 only while the fp32 weights fit comfortably in the RAM available now.
     """
-    # bitsandbytes' CPU backend warns on import that the optional `kernels` package is missing; that
-    # package fetches kernels from the Hugging Face Hub, which ClawDesk never calls, so the line is noise.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    import_offline()  # before transformers imports bitsandbytes, which would ask the Hub (learn/offline.py)
     gguf_path = Path(gguf_path)
     device = resolve_device(device)
     auto_4bit = load_in_4bit in (None, "auto")

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from clawdesk.config import BASE_DTYPES
 from clawdesk.errors import TrainError
+from clawdesk.learn.offline import import_offline
 
 # Architectures whose transformers tensor processor is per-tensor (no cross-tensor merging), so each
 # tensor can be processed, assigned and freed on its own: those listed in models/README.md.
@@ -107,6 +108,7 @@ def load_streamed(
     quantize its linears); it must keep the module's tensors off the meta device. The returned model
     has its weights tied as the config says and no meta tensor left.
     """
+    import_offline()  # learn/offline.py: bitsandbytes is imported with the Hub offline
     import numpy as np
     import torch
     from accelerate import init_empty_weights

@@ -150,6 +150,10 @@ class Learner:
         self, model, info, config: TrainConfig, *, parent_dir: Path | None, gradient_checkpointing: bool | None = None
     ):
         import torch
+
+        from clawdesk.learn.offline import import_offline
+
+        import_offline()
         from peft import LoraConfig, get_peft_model
 
         from clawdesk.gguf.lora import TARGET_MODULES  # the modules the GGUF writer can map

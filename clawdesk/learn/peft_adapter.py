@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.gguf.adapters import PEFT_WEIGHTS, check_peft_dir, refuse
+from clawdesk.learn.offline import import_offline
 
 
 def load_peft_adapter(peft_dir: Path, *, fix: str) -> tuple[Any, dict[str, Any]]:
@@ -20,6 +21,7 @@ def load_peft_adapter(peft_dir: Path, *, fix: str) -> tuple[Any, dict[str, Any]]
     Never calls ``PeftModel.from_pretrained``, which falls back to a pickle ``adapter_model.bin``
     (and to the Hub) when the safetensors file is missing.
     """
+    import_offline()  # learn/offline.py: bitsandbytes is imported with the Hub offline
     from peft import LoraConfig
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -41,6 +43,7 @@ def load_state_into(model, state: Mapping[str, Any], source: Path, *, fix: str) 
     Every key and shape must match what the model expects (the base's dims): a foreign adapter is
     refused instead of being partly loaded.
     """
+    import_offline()  # learn/offline.py: bitsandbytes is imported with the Hub offline
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import AdapterError, TrainError
+from clawdesk.learn.offline import import_offline
 from clawdesk.private import make_private
 from clawdesk.store import versions as rows
 from clawdesk.store.log import Store
@@ -86,6 +87,7 @@ def staging_dir(adapters_dir: Path, version: int) -> Path:
 
 def write_adapter(model, out_dir: Path, *, arch: str, n_head: int, n_head_kv: int) -> dict[str, Any]:
     """Save ``model`` (a PeftModel) into ``out_dir`` as a PEFT dir plus ``adapter.gguf``; return the LoRA shape."""
+    import_offline()  # learn/offline.py: bitsandbytes is imported with the Hub offline
     from peft import get_peft_model_state_dict
     from safetensors import SafetensorError
 
