@@ -69,8 +69,9 @@ class ScriptedEngine(Engine):
         note: str = "",
         template: str | None = None,
     ):
-        # The real __init__ reads the llama.cpp model; set the same attributes directly.
-        self.llm = None
+        # The real __init__ reads the llama.cpp model; set the same attributes directly. There is no model:
+        # ``_llm`` (behind the real engine's read-only ``llm`` property) stays None, as after close().
+        self._llm = None
         self.identity = ModelIdentity(
             name=name, path=Path(f"/scripted/{name}.gguf"), sha256="scripted", arch="scripted", note=note
         )
