@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
-from demo_lora import write_version_dir
 
 from clawdesk.cli import main
 from clawdesk.store import NewTurn, Store, now_iso
+from tests.support.demo_lora import write_version_dir
 
 HUGE = "99999999999999999999"  # > SQLite's 64-bit integers: used to reach the database as an OverflowError
 

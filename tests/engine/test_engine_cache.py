@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from demo_lora import lora_state, write_demo_gguf
 
 from clawdesk.engine import Engine, Exchange, SamplingParams
 from clawdesk.engine.kv_keep import MIN_KEEP_TOKENS, common_prefix
 from clawdesk.judge.baselines.prompts import score_messages
 from clawdesk.models import DEMO_NAME, resolve_model
+from tests.support.demo_lora import lora_state, write_demo_gguf
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 SYSTEM = "You are a helpful assistant. Answer briefly and politely, in plain English, and never use lists."

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import inspect
 
-from scripted_engine import ScriptedEngine
-
 from clawdesk.engine import Engine
 from clawdesk.engine.protocol import ChatEngine
+from tests.support.scripted_engine import ScriptedEngine
 
 METHODS = ("tokenize", "build_prompt", "generate", "chat_turn", "close")
 PROPERTIES = ("n_ctx", "supports_thinking", "supports_tools")

@@ -13,7 +13,6 @@ import shutil
 
 import numpy as np
 import pytest
-from demo_lora import RANK, SHAPES, add_version_row, lora_state, write_version_dir
 from safetensors.numpy import save_file
 
 from clawdesk.errors import AdapterError
@@ -26,6 +25,7 @@ from clawdesk.gguf.adapters import (
 from clawdesk.gguf.lora import write_gguf_lora
 from clawdesk.learn.peft_adapter import load_peft_adapter
 from clawdesk.reload import AdapterSwitch
+from tests.support.demo_lora import RANK, SHAPES, add_version_row, lora_state, write_version_dir
 
 
 class _Marker:

@@ -1,7 +1,7 @@
 """The CUDA training path on a real GPU: 4-bit load + a step, the fp32 log-prob head, out-of-memory.
 
 Every test skips where torch sees no CUDA device (CI, the 2-core dev machine): the GPU path is untested
-there, and tests/test_train_device.py covers what the CPU can. ``bench/gpu_check.sh`` runs these too.
+there, and tests/learn/test_train_device.py covers what the CPU can. ``bench/gpu_check.sh`` runs these too.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_a_run_scores_the_heldout_replies_once_per_step_plus_once(tiny_gguf, tmp
     db, adapters = tmp_path / "clawdesk.db", tmp_path / "adapters"
     quiet = _fill(db, 6, seed=1, rewards=(0,))  # no signal: held out (and never trained on)
     _fill(db, 8, seed=2, rewards=(1, -1))  # two batches
-    # Without the general-ability guard: its texts go through the same scoring path (tests/test_guard.py).
+    # Without the general-ability guard: its texts go through the same scoring path (tests/learn/test_guard.py).
     config = TrainConfig(batch_size=4, lr=1e-3, max_logprob_drop=50.0, max_ppl_ratio=0)
     made = train(db, adapters, tiny_gguf, "tiny", SHA, config)
     assert made == [1, 2]

@@ -3,7 +3,7 @@ head, out-of-memory anywhere in a run, refusing a 4-bit load that quantized noth
 
 Real tiny Qwen3 GGUF, real transformers/peft/bitsandbytes on the CPU, real SQLite, a real trainer
 process; only the out-of-memory itself is forced (a stage is patched to raise it). The same paths on
-a GPU are in tests/test_cuda.py (skipped without CUDA).
+a GPU are in tests/learn/test_cuda.py (skipped without CUDA).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 
 SHA = "tiny-sha"
 VOCAB = 283
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CPU = {"device": "cpu", "load_in_4bit": False}
 
 

@@ -151,9 +151,8 @@ def test_a_trainer_stopped_by_an_app_that_dies_is_continued_by_the_kernel(tmp_pa
 
 
 def test_the_learning_loop_stops_the_trainer_while_the_chat_generates(config, store, engine, monkeypatch, tmp_path):
-    from test_engine_threads import loop_with_a_ready_sample, stand_in_trainer, wait_for
-
     from clawdesk.loop import TrainingFailed, TrainingFinished, TrainingProgress
+    from tests.support.loop import loop_with_a_ready_sample, stand_in_trainer, wait_for
 
     release = tmp_path / "release"
     pid_file = stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": True})
@@ -180,9 +179,8 @@ def test_the_learning_loop_stops_the_trainer_while_the_chat_generates(config, st
 
 def test_a_trainer_whose_first_line_says_not_pausable_is_never_stopped(config, store, engine, monkeypatch, tmp_path):
     """``pausable: false``: the trainer could not set its death signal, so stopping it could strand it."""
-    from test_engine_threads import loop_with_a_ready_sample, stand_in_trainer, wait_for
-
     from clawdesk.loop.events import TrainingFailed, TrainingFinished, TrainingProgress
+    from tests.support.loop import loop_with_a_ready_sample, stand_in_trainer, wait_for
 
     release = tmp_path / "release"
     pid_file = stand_in_trainer(monkeypatch, release, first={"phase": "starting", "pausable": False})

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-from test_reload import _add_version
 
 from clawdesk.agent import AgentService
 from clawdesk.config import JudgeConfig, TrainConfig
@@ -27,6 +26,7 @@ from clawdesk.loop import (
 )
 from clawdesk.runtime import build_learning_loop
 from clawdesk.store.judgments import backlog, list_judged
+from tests.support.demo_lora import add_version
 
 
 @pytest.fixture
@@ -109,8 +109,8 @@ def test_train_now_with_nothing_judged_says_why(engine, config, store):
 
 
 def test_activate_and_rollback_hot_swap_and_answer_with_events(engine, config, store, tmp_path):
-    _add_version(store, tmp_path, 1, sha=engine.identity.sha256)
-    _add_version(store, tmp_path, 2, sha=engine.identity.sha256, seed=1)
+    add_version(store, tmp_path, 1, sha=engine.identity.sha256)
+    add_version(store, tmp_path, 2, sha=engine.identity.sha256, seed=1)
     loop = build_learning_loop(config, store, engine, gate=ChatGate())
     events = Events()
     loop.subscribe(events)

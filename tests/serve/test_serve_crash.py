@@ -24,7 +24,7 @@ USER = [{"role": "user", "content": "Hi, who are you?"}]
 
 
 def _start(home: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.Popen(
         [sys.executable, "-m", "clawdesk", "serve", "--data-dir", str(home), "--port", str(port), "--no-learn"],
         stdout=subprocess.PIPE,

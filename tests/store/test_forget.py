@@ -285,10 +285,9 @@ def test_forget_tokens_helper_matches_store_packing():
 @pytest.mark.anyio
 async def test_chat_delete_goes_through_forget(config, store, two_chats):
     """The TUI's "Delete chat" (session list, `delete`, confirm) erases the text from the files too."""
-    from scripted_engine import ScriptedEngine
-
     from clawdesk.ui.app import ClawDeskApp
     from clawdesk.ui.screens import ConfirmScreen
+    from tests.support.scripted_engine import ScriptedEngine
 
     a, _, b, _ = two_chats
     notes: list[str] = []

@@ -65,3 +65,12 @@ def add_version_row(
             " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, '{}', ?, ?)",
             [n, status, sha, str(vdir), json.dumps(metrics or {}), note, now_iso()],
         )
+
+
+def add_version(store: Store, tmp_path: Path, n: int, *, status="ready", sha="test-sha", seed=0) -> None:
+    """Version ``n``: a random demo LoRA in ``tmp_path/vN`` and its ``adapters`` row."""
+    vdir = tmp_path / f"v{n}"
+    vdir.mkdir()
+    write_demo_gguf(lora_state(seed), vdir / "adapter.gguf")
+    note = "collapsed" if status == "rejected" else ""
+    add_version_row(store, vdir, n, status=status, sha=sha, metrics={"loss": 0.5}, note=note)

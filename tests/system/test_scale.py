@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from scripted_engine import ScriptedEngine
 
 from clawdesk.config import Config
 from clawdesk.learn.versions import AdapterVersion, list_versions, record_version
@@ -36,6 +35,7 @@ from clawdesk.store.judgments import (
 from clawdesk.store.judgments import forget as forget_judgment
 from clawdesk.store.migrations import _JUDGE_DONE, _SAMPLE_DONE
 from clawdesk.store.samples import _union, count_ready, ready_samples
+from tests.support.scripted_engine import ScriptedEngine
 
 SHA = "scale-test-sha"
 
@@ -226,7 +226,7 @@ def test_the_benchmark_log_is_consistent_with_the_real_queries(store):
     trainer must find the backlog and the untrained samples it means to leave (else it times empty work)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sec_scale", Path(__file__).parents[1] / "bench" / "sec_scale.py")
+    spec = importlib.util.spec_from_file_location("sec_scale", Path(__file__).parents[2] / "bench" / "sec_scale.py")
     sec_scale = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sec_scale)
     wrote = sec_scale.build(store, 1000)

@@ -1,7 +1,7 @@
 """The Textual chat app, driven with Textual's pilot against a real Store and turn runner.
 
 The model is the bundled SmolLM2 where the test is about serving a real reply, and the scripted
-engine (tests/scripted_engine.py) where the test needs control over timing or a <think> block.
+engine (tests/support/scripted_engine.py) where the test needs control over timing or a <think> block.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_engine import ScriptedEngine
 from textual.command import CommandList, CommandPalette
 from textual.widgets import Collapsible, Static
 
@@ -21,37 +20,18 @@ from clawdesk.errors import NotFoundError
 from clawdesk.models import DEMO_NOTE, resolve_model
 from clawdesk.store import Store
 from clawdesk.ui.app import ClawDeskApp
-from clawdesk.ui.messages import TurnRecorded
 from clawdesk.ui.screens import ConfirmScreen, HelpScreen, RenameScreen
 from clawdesk.ui.stream import ReplyBuffer, split_streaming
-from clawdesk.ui.widgets import INCOGNITO_ICON, AssistantMessage, EmptyState, SessionItem, UserMessage
+from clawdesk.ui.widgets import INCOGNITO_ICON, AssistantMessage, EmptyState, SessionItem
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.ui import SIZE, RecordingApp, send_and_wait, shown, type_and_send, wait_until
 
-SIZE = (100, 32)
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"  # Textual runs on asyncio
-
-
-class RecordingApp(ClawDeskApp):
-    """The real app, remembering its notifications and recorded turns so tests can read them."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.notes: list[tuple[str, str]] = []
-        self.recorded: list[TurnRecorded] = []
-
-    def on_turn_recorded(self, message: TurnRecorded) -> None:
-        self.recorded.append(message)
-
-    def notify(self, message, *, title="", severity="information", **kwargs):
-        self.notes.append((str(message), severity))
-        super().notify(message, title=title, severity=severity, **kwargs)
-
-    def errors(self) -> list[str]:
-        return [m for m, sev in self.notes if sev == "error"]
 
 
 @pytest.fixture
@@ -75,40 +55,6 @@ def smol(tmp_path_factory) -> Engine:
     engine = Engine.load(resolve_model("smollm2-135m", tmp, explicit=True), sha256="test", n_ctx=1024, n_threads=1)
     yield engine
     engine.close()
-
-
-async def wait_until(pilot, predicate, what: str, timeout: float = 30.0) -> None:
-    """Let the app run until ``predicate()`` holds (the timeout only guards against a hang)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await pilot.pause(0.01)
-
-
-async def type_and_send(pilot, text: str) -> None:
-    pilot.app.chat_input.text = text
-    pilot.app.chat_input.focus()
-    await pilot.press("enter")
-
-
-async def send_and_wait(pilot, text: str) -> None:
-    app = pilot.app
-    before = len(app.recorded)
-    await type_and_send(pilot, text)
-    await wait_until(pilot, lambda: len(app.recorded) > before, "the turn to be recorded")
-    await pilot.pause()
-
-
-def shown(app: ClawDeskApp) -> list[tuple[str, str]]:
-    """The conversation on screen as (role, text) pairs."""
-    out = []
-    for w in app.chat_log.children:
-        if isinstance(w, UserMessage):
-            out.append(("user", w.text))
-        elif isinstance(w, AssistantMessage):
-            out.append(("assistant", w.answer.source))
-    return out
 
 
 def marker(msg: AssistantMessage) -> str:

@@ -11,8 +11,6 @@ import threading
 import time
 
 import pytest
-from test_reload import _add_version
-from test_ui import send_and_wait, wait_until
 
 from clawdesk.agent import AgentService
 from clawdesk.config import ChatConfig, Config, JudgeConfig, TrainConfig
@@ -22,6 +20,8 @@ from clawdesk.store.judgments import backlog, list_judged
 from clawdesk.ui.app import ClawDeskApp
 from clawdesk.ui.learning_screens import LearnedScreen, LearningScreen
 from clawdesk.ui.messages import TurnRecorded
+from tests.support.demo_lora import add_version
+from tests.support.ui import send_and_wait, wait_until
 
 pytestmark = pytest.mark.anyio
 SIZE = (110, 34)
@@ -212,7 +212,7 @@ async def test_learned_screen_veto_and_delete(engine, config, store):
 
 async def test_hot_swap_during_a_chat(engine, config, store, tmp_path):
     session_id = _history(engine, config, store, n=1)
-    _add_version(store, tmp_path, 1)
+    add_version(store, tmp_path, 1)
     time.sleep(0.01)
     store.set_setting(ACTIVE_KEY, None)  # the person chose the base model after v1 was made
     store.set_learning(False)  # keep the judge out of this test

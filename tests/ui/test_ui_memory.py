@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from scripted_engine import ScriptedEngine
-from test_ui import SIZE, wait_until
 
 from clawdesk.store.notes import add_note, count_notes, list_notes
 from clawdesk.ui.app import ClawDeskApp
 from clawdesk.ui.memory_screen import MemoryScreen
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.ui import SIZE, wait_until
 
 pytestmark = pytest.mark.anyio
 SECRET = "allergic-to-walnuts-7f3a"

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_engine import ScriptedEngine
 
 from clawdesk.config import ChatConfig, Config
 from clawdesk.models import DEMO_NOTE
 from clawdesk.store import Store
 from clawdesk.ui.app import ClawDeskApp
+from tests.support.scripted_engine import ScriptedEngine
 
 SIZE = (100, 30)
 README_SCENE = {  # message -> scripted reply; a new chat before the 2nd and 3rd message

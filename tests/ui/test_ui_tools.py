@@ -1,6 +1,6 @@
 """The chat app with tools: tool blocks, the consent dialog, Esc while it asks, the tools status.
 
-The model is the scripted engine (tests/scripted_engine.py) rendering prompts with Qwen3's real chat
+The model is the scripted engine (tests/support/scripted_engine.py) rendering prompts with Qwen3's real chat
 template (clawdesk.testing.qwen3_assets), so its replies can hold ``<tool_call>`` blocks; everything
 after the model boundary is real: AgentService, the registry with its workspace jail and consent,
 the files on disk and the SQLite log.
@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from scripted_engine import ScriptedEngine
-from test_ui import SIZE, RecordingApp, send_and_wait, shown, type_and_send, wait_until
 from textual.widgets import Button, Input
 from textual.widgets._collapsible import CollapsibleTitle
 
@@ -27,6 +25,8 @@ from clawdesk.ui.consent import ConsentScreen
 from clawdesk.ui.stream import ReplyBuffer, hide_tool_calls
 from clawdesk.ui.tool_widgets import SCREEN_RESULT_CHARS, ToolBlock, call_summary, step_lines
 from clawdesk.ui.widgets import AssistantMessage
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.ui import SIZE, RecordingApp, send_and_wait, shown, type_and_send, wait_until
 
 pytestmark = pytest.mark.anyio
 
