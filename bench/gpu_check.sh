@@ -60,7 +60,7 @@ python -m pip install -q -e '.[test]'
 python -c 'import torch; assert torch.cuda.is_available(), "torch was installed without CUDA"; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'
 
 say "CUDA tests"
-python -m pytest -q -p no:cacheprovider tests/test_cuda.py
+python -m pytest -q -p no:cacheprovider tests/learn/test_cuda.py
 
 say "bench/gpu_check.py $*"
 python bench/gpu_check.py "$@"

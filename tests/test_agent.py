@@ -15,7 +15,6 @@ import json
 import threading
 
 import pytest
-from scripted_engine import EOS_ID, ScriptedEngine
 
 from clawdesk.agent import LAST_STEP_NOTE, AgentService, StepStarted, StepText, ToolFinished, ToolStarted
 from clawdesk.cli import main
@@ -31,6 +30,7 @@ from clawdesk.tools.consent import ALLOW, Consent, instead
 from clawdesk.tools.format import tool_call_grammar
 from clawdesk.tools.registry import build_registry
 from clawdesk.tools.types import ToolCall, ToolResult
+from tests.support.scripted_engine import EOS_ID, ScriptedEngine
 
 
 def call(name: str, **arguments) -> str:

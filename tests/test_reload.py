@@ -4,21 +4,13 @@ import threading
 import time
 
 import pytest
-from demo_lora import add_version_row, lora_state, write_demo_gguf
 
 from clawdesk.engine import SamplingParams
 from clawdesk.errors import AdapterError
 from clawdesk.reload import ACTIVE_KEY, AdapterSwitch, active_version, select
+from tests.support.demo_lora import add_version
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
-
-
-def _add_version(store, tmp_path, n, *, status="ready", sha="test-sha", seed=0):
-    vdir = tmp_path / f"v{n}"
-    vdir.mkdir()
-    write_demo_gguf(lora_state(seed), vdir / "adapter.gguf")
-    note = "collapsed" if status == "rejected" else ""
-    add_version_row(store, vdir, n, status=status, sha=sha, metrics={"loss": 0.5}, note=note)
 
 
 @pytest.fixture
@@ -29,7 +21,7 @@ def switch(engine, store):
 
 
 def test_swap_changes_output_without_reloading_the_base(engine, store, switch, tmp_path):
-    _add_version(store, tmp_path, 1)
+    add_version(store, tmp_path, 1)
     prompt = engine.build_prompt("", [], "Name three fruits.", thinking=False, reply_room=64).token_ids
     model_before = engine.llm._model.model
     base = engine.generate(prompt, GREEDY)
@@ -48,7 +40,7 @@ def test_swap_changes_output_without_reloading_the_base(engine, store, switch, t
 
 
 def test_reply_in_progress_finishes_on_the_old_adapter(engine, store, switch, tmp_path):
-    _add_version(store, tmp_path, 1)
+    add_version(store, tmp_path, 1)
     prompt = engine.build_prompt("", [], "Tell me a long story.", thinking=False, reply_room=64).token_ids
     started = threading.Event()
     result = {}
@@ -71,8 +63,8 @@ def test_reply_in_progress_finishes_on_the_old_adapter(engine, store, switch, tm
 
 
 def test_rejected_and_foreign_adapters_are_refused(engine, store, switch, tmp_path):
-    _add_version(store, tmp_path, 1, status="rejected")
-    _add_version(store, tmp_path, 2, sha="f" * 64, seed=1)
+    add_version(store, tmp_path, 1, status="rejected")
+    add_version(store, tmp_path, 2, sha="f" * 64, seed=1)
     with pytest.raises(AdapterError, match="rejected"):
         switch.activate(1)
     with pytest.raises(AdapterError, match="trained on smollm2-135m"):
@@ -83,9 +75,9 @@ def test_rejected_and_foreign_adapters_are_refused(engine, store, switch, tmp_pa
 
 
 def test_rollback_and_sync(engine, store, switch, tmp_path):
-    _add_version(store, tmp_path, 1)
-    _add_version(store, tmp_path, 2, seed=2)
-    _add_version(store, tmp_path, 3, status="rejected", seed=3)
+    add_version(store, tmp_path, 1)
+    add_version(store, tmp_path, 2, seed=2)
+    add_version(store, tmp_path, 3, status="rejected", seed=3)
     switch.activate(2)
     assert switch.rollback() == 1 and engine.adapter_version == 1
     assert switch.rollback() is None and engine.adapter_version is None
@@ -102,10 +94,10 @@ def test_rollback_and_sync(engine, store, switch, tmp_path):
 def test_version_trained_after_the_last_choice_is_served_on_sync(engine, store, switch, tmp_path):
     """The app closed while its trainer ran: the next start serves the new version, but a later
     rollback (a newer choice) is respected."""
-    _add_version(store, tmp_path, 1)
+    add_version(store, tmp_path, 1)
     switch.activate(1)
     time.sleep(0.01)  # timestamps have millisecond resolution
-    _add_version(store, tmp_path, 2, seed=2)  # finished after the choice was made
+    add_version(store, tmp_path, 2, seed=2)  # finished after the choice was made
     assert switch.sync() is None and engine.adapter_version == 2 and active_version(store) == 2
     time.sleep(0.01)
     assert switch.rollback() == 1

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from demo_lora import add_version_row, lora_state, write_demo_gguf
 
 from clawdesk.engine import SamplingParams
 from clawdesk.errors import AdapterError
 from clawdesk.learn import versions
 from clawdesk.reload import ACTIVE_KEY, AdapterSwitch, active_version
 from clawdesk.store import Store
+from tests.support.demo_lora import add_version_row, lora_state, write_demo_gguf
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 

@@ -1,7 +1,7 @@
 """The chat engine as the turn runner and the UI use it: one ``typing.Protocol`` (:class:`ChatEngine`).
 
 :class:`clawdesk.engine.Engine` (llama.cpp) satisfies it, and so does the scripted engine the UI tests
-use (``tests/scripted_engine.py``); ``tests/test_engine_protocol.py`` fails when either one's
+use (``tests/support/scripted_engine.py``); ``tests/engine/test_engine_protocol.py`` fails when either one's
 signature drifts from this one, so a test double cannot quietly accept calls the real engine refuses.
 """
 

@@ -9,7 +9,7 @@ straight into the target dtype, processed the way transformers processes it (its
 per-architecture processor, e.g. llama's q/k reverse permutation) and assigned. With ``on_layer`` a
 decoder layer is handed over as soon as its last weight lands (the caller quantizes it to NF4), so
 the peak is the model as kept plus one layer in flight. Measured on a 120M-weight Q8_0 model
-(tests/test_gguf_weights.py): fp32 load ~0.8x transformers' peak, NF4 < 0.5x.
+(tests/learn/test_gguf_weights.py): fp32 load ~0.8x transformers' peak, NF4 < 0.5x.
 
 Only the llama-family architectures ClawDesk supports (models/README.md) are streamed; for others
 :func:`streamable` is False and the caller falls back to transformers' full load.

@@ -255,7 +255,7 @@ def _scales(guard: dict[str, Any]) -> str:
 def pause_for_crash_test(point: str) -> None:
     """Test hook: with ``CLAWDESK_TEST_PAUSE_AT=<point>`` print ``clawdesk-test-pause <point>`` on stderr and wait.
 
-    The crash tests (tests/test_crash.py) SIGKILL the trainer exactly between writing a version's
+    The crash tests (tests/system/test_crash.py) SIGKILL the trainer exactly between writing a version's
     files and publishing them (``publish``), or between publishing and recording the row
     (``record``); without a hook they could only guess when that is. The variable is read at call
     time and is never set outside those tests; the process blocks on a line of stdin.

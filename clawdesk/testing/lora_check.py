@@ -11,7 +11,7 @@ must move them the same way:
 - quantized bases (Q4_0, Q8_0, ...): llama.cpp also quantizes activations there, so even the base
   logits differ by more than that (measured: 0.08 on a Q4_0 Qwen3-4B-shaped layer); the deltas
   (adapted − base) of the two stacks must correlate at >= 0.95 over every position (``delta_corr``),
-  the bar tests/test_gguf_lora.py sets on the bundled Q4_1 SmolLM2 (measured there 0.98).
+  the bar tests/gguf/test_gguf_lora.py sets on the bundled Q4_1 SmolLM2 (measured there 0.98).
 """
 
 from __future__ import annotations

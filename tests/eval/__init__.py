@@ -1,0 +1,1 @@
+"""Tests of clawdesk/eval/: personas and `clawdesk eval` runs."""

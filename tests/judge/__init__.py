@@ -1,0 +1,1 @@
+"""Tests of clawdesk/judge/: parsing, votes, the judge methods and the teacher prompt."""

@@ -1,0 +1,1 @@
+"""Tests of clawdesk/loop/: the headless learning loop."""

@@ -1,0 +1,1 @@
+"""Tests of clawdesk/serve/: the OpenAI-compatible endpoint."""

@@ -1,0 +1,1 @@
+"""Tests of clawdesk/store/: the SQLite log, its rules and forgetting."""

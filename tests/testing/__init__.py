@@ -1,0 +1,1 @@
+"""Tests of clawdesk/testing/: the tiny random Qwen3 GGUF."""
