@@ -20,6 +20,7 @@ from clawdesk.store import Store
 from clawdesk.store.steps import list_steps, turn_tool_calls
 from clawdesk.testing.qwen3_assets import Qwen3AssetsError, qwen3_assets
 from clawdesk.tools.registry import build_registry
+from clawdesk.ui import consent
 from clawdesk.ui.agent_view import NEEDS_TOOL_MODEL
 from clawdesk.ui.consent import ConsentScreen
 from clawdesk.ui.stream import ReplyBuffer, hide_tool_calls
@@ -285,8 +286,14 @@ async def test_dialog_buttons_are_the_four_answers(config, store, registry, work
         await wait_until(pilot, lambda: app.recorded, "the turn to be recorded")
 
 
-async def test_keys_typed_as_the_dialog_opens_cannot_answer_it(config, store, registry, workspace, qwen3_template):
+async def test_keys_typed_as_the_dialog_opens_cannot_answer_it(
+    config, store, registry, workspace, qwen3_template, monkeypatch
+):
     """Finding: "I an…" typed while the dialog opened answered "Yes for this chat", and "ok⏎" answered "Yes"."""
+    # A person types keys ~0.1 s apart; the pilot on a loaded 2-core machine sometimes took over the
+    # 0.5 s arming delay between two presses, so the burst stopped being a burst. The rule is the same
+    # with a longer delay: keys closer together than it never answer.
+    monkeypatch.setattr(consent, "ARM_S", 3.0)
     engine = tool_engine(qwen3_template, [call("write_file", path="a.txt", content="x"), "OK."])
     app = RecordingApp(config, engine, store, registry=registry)
     async with app.run_test(size=SIZE) as pilot:
