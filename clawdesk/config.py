@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clawdesk.config_mcp import ENV_NAME, MCPConfig, build_mcp
 from clawdesk.errors import ConfigError
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -234,7 +235,7 @@ class ToolsConfig:
         _check("\0" not in self.workspace, "tools.workspace must not contain a NUL byte")
         _check(
             isinstance(self.shell_env, list | tuple)
-            and all(isinstance(n, str) and _ENV_NAME.fullmatch(n) for n in self.shell_env),
+            and all(isinstance(n, str) and ENV_NAME.fullmatch(n) for n in self.shell_env),
             f'tools.shell_env must be a list of variable names, e.g. ["CC", "GOPATH"], got {self.shell_env!r}',
         )
         object.__setattr__(self, "shell_env", tuple(self.shell_env))
@@ -263,45 +264,6 @@ class MemoryConfig:
             "memory.budget_tokens must be in 32..8192 (the prompt tokens the memory may take), "
             f"got {self.budget_tokens}",
         )
-
-
-MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")  # no dots: a tool is named "<server>.<tool>"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class MCPServerConfig:
-    """One MCP server run over stdio, configured like Claude Desktop (``[mcp.servers.NAME]``).
-
-    The server's environment is exactly ``env``: nothing of ClawDesk's own environment (API keys,
-    PATH, HOME) reaches it unless named here.
-    """
-
-    name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict, hash=False)
-    start_timeout_s: float = 30.0  # spawn + initialize + list tools
-    call_timeout_s: float = 60.0  # one tools/call, unless the caller passes its own
-
-    def __post_init__(self) -> None:
-        where = f"mcp.servers.{self.name}"
-        _check(bool(MCP_SERVER_NAME.fullmatch(self.name)), f"{where}: a server name may use only A-Z a-z 0-9 _ -")
-        _check(bool(self.command.strip()), f"{where}.command must not be empty")
-        _check("\0" not in self.command, f"{where}.command must not contain a NUL byte")
-        _check(all("\0" not in a for a in self.args), f"{where}.args must not contain a NUL byte")
-        for key, value in self.env.items():
-            _check(bool(_ENV_NAME.fullmatch(key)), f"{where}.env: {key!r} is not a valid variable name")
-            _check("\0" not in value, f"{where}.env.{key} must not contain a NUL byte")
-        _check(0 < self.start_timeout_s <= 600, f"{where}.start_timeout_s must be in (0, 600]")
-        _check(0 < self.call_timeout_s <= 3600, f"{where}.call_timeout_s must be in (0, 3600]")
-
-
-@dataclass(frozen=True)
-class MCPConfig:
-    """The MCP servers whose tools the agent may call (none by default)."""
-
-    servers: tuple[MCPServerConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -391,49 +353,6 @@ def _build_section(cls: type, name: str, raw: Any, source: Path) -> Any:
         raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
 
 
-_MCP_SERVER_TYPES = {
-    "command": (str, "a string"),
-    "args": (list, "a list of strings"),
-    "env": (dict, "a table of strings"),
-    "start_timeout_s": ((int, float), "a number of seconds"),
-    "call_timeout_s": ((int, float), "a number of seconds"),
-}
-
-
-def _build_mcp(raw: Any, source: Path) -> MCPConfig:
-    """``[mcp.servers.NAME]`` tables -> :class:`MCPConfig`; every error names ``mcp.servers.NAME.key``."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: [mcp] must be a table")
-    if set(raw) - {"servers"}:
-        unknown = ", ".join(sorted(set(raw) - {"servers"}))
-        raise ConfigError(f"{source}: unknown key(s) in [mcp]: {unknown}. Known keys: servers.")
-    tables = raw.get("servers", {})
-    if not isinstance(tables, dict):
-        raise ConfigError(f"{source}: mcp.servers must be a table of [mcp.servers.NAME] tables")
-    servers = []
-    for name, table in tables.items():
-        where = f"mcp.servers.{name}"
-        if not isinstance(table, dict):
-            raise ConfigError(f'{source}: {where} must be a table with at least command = "..."')
-        unknown = sorted(set(table) - set(_MCP_SERVER_TYPES))
-        if unknown:
-            known = ", ".join(_MCP_SERVER_TYPES)
-            raise ConfigError(f"{source}: unknown key(s) in [{where}]: {', '.join(unknown)}. Known keys: {known}.")
-        if "command" not in table:
-            raise ConfigError(f"{source}: {where}.command is missing: name the program that runs the server.")
-        for key, value in table.items():
-            allowed, what = _MCP_SERVER_TYPES[key]
-            items = value if key == "args" else value.values() if key == "env" else ()
-            if not isinstance(value, allowed) or isinstance(value, bool) or not all(isinstance(v, str) for v in items):
-                raise ConfigError(f"{source}: {where}.{key} must be {what}, got {value!r}")
-        try:
-            values = {**table, "args": tuple(table.get("args", ())), "env": dict(table.get("env", {}))}
-            servers.append(MCPServerConfig(name=name, **values))
-        except ValueError as exc:
-            raise ConfigError(f"{source}: {exc}. Fix the value or delete the key to use the default.") from exc
-    return MCPConfig(servers=tuple(servers))
-
-
 def parse_train_option(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` (a ``[train]`` key, the value written as in TOML) → ``(key, value)``, type-checked like the file.
 
@@ -480,7 +399,7 @@ def load_config(home: Path, **overrides: Any) -> Config:
             raise ValueError(f"bad override key {key!r}")
         sections[section][name] = value
     built = {name: _build_section(cls, name, sections[name], path) for name, cls in _SECTIONS.items()}
-    mcp = _build_mcp(raw.get("mcp", {}), path)
+    mcp = build_mcp(raw.get("mcp", {}), path)
     _check_tool_servers(built["tools"], mcp, path)
     if built["memory"].budget_tokens > built["model"].n_ctx // 4:
         # The system prompt is never dropped to fit the context: a memory this large would crowd out the chat.

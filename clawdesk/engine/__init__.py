@@ -1,7 +1,7 @@
 """Chat-engine stage: llama.cpp serving with the GGUF's own chat template."""
 
-from clawdesk.engine.llama import Engine, history_from_turns
-from clawdesk.engine.prompt import Exchange, Prompt, split_thinking
+from clawdesk.engine.llama import Engine
+from clawdesk.engine.prompt import Exchange, Prompt, history_from_turns, split_thinking
 from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
 
 __all__ = [

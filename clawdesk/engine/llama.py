@@ -498,8 +498,3 @@ class Engine:
         self._kv.drop()
         if self._lora.free():
             self.adapter_version = None
-
-
-def history_from_turns(turns) -> list[Exchange]:
-    """Earlier exchanges to replay: the answers shown (a cancelled partial answer counts too)."""
-    return [Exchange(user=t.user_content, assistant=t.reply_content) for t in turns]

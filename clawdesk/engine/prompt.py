@@ -30,6 +30,11 @@ class Exchange:
     assistant: str
 
 
+def history_from_turns(turns) -> list[Exchange]:
+    """Earlier exchanges to replay: the answers shown (a cancelled partial answer counts too)."""
+    return [Exchange(user=t.user_content, assistant=t.reply_content) for t in turns]
+
+
 @dataclass(frozen=True)
 class Prompt:
     """A rendered, tokenized prompt ready to be served."""

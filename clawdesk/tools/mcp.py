@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from clawdesk.config import MCPConfig, MCPServerConfig
+from clawdesk.config_mcp import MCPConfig, MCPServerConfig
 from clawdesk.tools.types import ToolResult, ToolSpec
 
 NOT_STARTED, RUNNING, FAILED = "not started", "running", "failed"

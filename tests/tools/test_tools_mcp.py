@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clawdesk.config import MCPConfig, MCPServerConfig, load_config
+from clawdesk.config import load_config
+from clawdesk.config_mcp import MCPConfig, MCPServerConfig
 from clawdesk.errors import ConfigError
 from clawdesk.tools.mcp import FAILED, NOT_STARTED, RUNNING, MCPServers
 from clawdesk.tools.types import ToolSpec
