@@ -120,11 +120,14 @@ def test_same_topic_keeps_every_pair_of_shipped_personas_and_replaces_their_reve
     hints = _persona_hints()
     assert len(hints) >= 6
     collisions = [(a, b) for (a, x), (b, y) in itertools.permutations(hints.items(), 2) if same_topic(x, y)]
-    assert collisions == []  # two stacked preferences are both kept
+    # Two stacked preferences are both kept, except two exact openings, which cannot both hold.
+    assert sorted(collisions) == [("great-question", "hi-there"), ("hi-there", "great-question")]
     missed = [name for name, text in REVERSALS.items() if not same_topic(text, hints[name])]
     assert missed == []
     # A known limit of the word rule: a reversal sharing no word with the item is not seen as one.
     assert not same_topic("Give long, detailed answers.", hints["brief"])
+    # Nor one sharing too few: the reverse-paragraphs scenario's second hint keeps the first beside it.
+    assert not same_topic(hints["several-paragraphs"], hints["one-paragraph"])
 
 
 def test_a_later_item_on_the_same_topic_replaces_the_earlier_and_keeps_its_pin(store):

@@ -392,7 +392,8 @@ def test_allow_names_an_mcp_tool(tmp_path):
     import argparse
 
     from clawdesk.cli.agent import check_flags
-    from clawdesk.config import Config, MCPConfig, MCPServerConfig
+    from clawdesk.config import Config
+    from clawdesk.config_mcp import MCPConfig, MCPServerConfig
 
     config = Config(home=tmp_path, mcp=MCPConfig(servers=(MCPServerConfig("files", "true"),)))
     args = argparse.Namespace(allow=["files.read_file,read_file"], yes=False, workspace=None)
