@@ -76,33 +76,47 @@ class Persona:
         return pool[i % len(pool)]
 
 
+def shipped(kind: str) -> list[Path]:
+    """The shipped files of a kind: ``assets/<kind>s/*.toml`` (kind: "persona" or "scenario")."""
+    return sorted((assets_dir() / f"{kind}s").glob("*.toml"))
+
+
 def shipped_personas() -> list[Path]:
-    return sorted((assets_dir() / "personas").glob("*.toml"))
+    return shipped("persona")
+
+
+def find_asset(spec: str, kind: str) -> Path:
+    """A ``kind`` file's path, or the name of a shipped one (``assets/<kind>s/NAME.toml``)."""
+    path = Path(spec).expanduser()
+    if path.suffix == ".toml" or path.exists() or "/" in spec:
+        if not path.is_file():
+            raise InputError(f"{kind} file {path} does not exist")
+        return path
+    named = assets_dir() / f"{kind}s" / f"{spec}.toml"
+    if named.is_file():
+        return named
+    names = ", ".join(p.stem for p in shipped(kind)) or "none found (run from a source checkout)"
+    raise InputError(f"no {kind} named {spec!r}; shipped {kind}s: {names}. Or give a path to a .toml file.")
+
+
+def read_toml(path: Path, kind: str) -> dict[str, Any]:
+    """The parsed TOML of a ``kind`` file; unreadable or invalid files are an InputError naming it."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not valid TOML ({exc})") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {kind} file {path}: {exc.strerror}") from exc
 
 
 def find_persona(spec: str) -> Path:
     """A persona file path, or the name of a shipped persona (``assets/personas/NAME.toml``)."""
-    path = Path(spec).expanduser()
-    if path.suffix == ".toml" or path.exists() or "/" in spec:
-        if not path.is_file():
-            raise InputError(f"persona file {path} does not exist")
-        return path
-    shipped = assets_dir() / "personas" / f"{spec}.toml"
-    if shipped.is_file():
-        return shipped
-    names = ", ".join(p.stem for p in shipped_personas()) or "none found (run from a source checkout)"
-    raise InputError(f"no persona named {spec!r}; shipped personas: {names}. Or give a path to a .toml file.")
+    return find_asset(spec, "persona")
 
 
 def load_persona(spec: str | Path) -> Persona:
     path = find_persona(str(spec))
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path} is not valid TOML ({exc})") from exc
-    except OSError as exc:
-        raise InputError(f"cannot read persona file {path}: {exc.strerror}") from exc
-    return parse_persona(raw, path)
+    return parse_persona(read_toml(path, "persona"), path)
 
 
 def parse_persona(raw: dict[str, Any], path: Path) -> Persona:

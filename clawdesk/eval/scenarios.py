@@ -25,13 +25,12 @@ hand-built data. Every file problem is an :class:`~clawdesk.errors.InputError` n
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import InputError
-from clawdesk.eval.personas import Persona, assets_dir, load_persona
+from clawdesk.eval.personas import Persona, find_asset, load_persona, read_toml, shipped
 
 TARGET = 0.8  # a phase reaches its target at a held-out score ≥ this ...
 GAIN = 0.3  # ... or ≥ its base score + this (a persona the model never shows may not reach 0.8 soon)
@@ -156,32 +155,17 @@ def retention(scenario: Scenario, replies: list[str]) -> dict[str, float]:
 
 
 def shipped_scenarios() -> list[Path]:
-    return sorted((assets_dir() / "scenarios").glob("*.toml"))
+    return shipped("scenario")
 
 
 def find_scenario(spec: str) -> Path:
     """A scenario file path, or the name of a shipped scenario (``assets/scenarios/NAME.toml``)."""
-    path = Path(spec).expanduser()
-    if path.suffix == ".toml" or path.exists() or "/" in spec:
-        if not path.is_file():
-            raise InputError(f"scenario file {path} does not exist")
-        return path
-    shipped = assets_dir() / "scenarios" / f"{spec}.toml"
-    if shipped.is_file():
-        return shipped
-    names = ", ".join(p.stem for p in shipped_scenarios()) or "none found (run from a source checkout)"
-    raise InputError(f"no scenario named {spec!r}; shipped scenarios: {names}. Or give a path to a .toml file.")
+    return find_asset(spec, "scenario")
 
 
 def load_scenario(spec: str | Path) -> Scenario:
     path = find_scenario(str(spec))
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path} is not valid TOML ({exc})") from exc
-    except OSError as exc:
-        raise InputError(f"cannot read scenario file {path}: {exc.strerror}") from exc
-    return parse_scenario(raw, path)
+    return parse_scenario(read_toml(path, "scenario"), path)
 
 
 def parse_scenario(raw: dict[str, Any], path: Path) -> Scenario:

@@ -10,11 +10,9 @@ weight ``train.anchor_coef``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from clawdesk.errors import TrainError
-from clawdesk.learn.guard import first_turn_ids
+from clawdesk.learn.guard import first_turn_ids, read_text_rows
 
 ANCHOR_SET = "anchor-prompts.jsonl"
 RESTORE = "restore it from the source checkout, or set train.anchor_coef = 0 to train without the anchor"
@@ -27,25 +25,7 @@ def default_anchor_path() -> Path:
 
 def read_prompts(path: Path) -> list[str]:
     """The set's ``{"prompt": ...}`` rows; a :class:`TrainError` names the file and line of a bad one."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrainError(f"Cannot read the anchor prompt set {path} ({exc}); {RESTORE}.") from exc
-    prompts = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TrainError(f"{path} line {n} is not JSON ({exc.msg}); {RESTORE}.") from exc
-        prompt = row.get("prompt") if isinstance(row, dict) else None
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise TrainError(f'{path} line {n} needs a non-empty "prompt" string; {RESTORE}.')
-        prompts.append(prompt)
-    if not prompts:
-        raise TrainError(f"{path} holds no prompts; {RESTORE}.")
-    return prompts
+    return [row["prompt"] for row in read_text_rows(path, ("prompt",), "anchor prompt set", "prompts", RESTORE)]
 
 
 def load_anchor_prompts(base_gguf: Path, path: Path | None = None, *, system_prompt: str = "") -> list[list[int]]:

@@ -53,10 +53,16 @@ class GuardSet:
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The set's ``{"prompt", "reply"}`` rows; a :class:`TrainError` names the file and line of a bad one."""
+    return read_text_rows(path, ("prompt", "reply"), "guard text set", "texts", RESTORE)
+
+
+def read_text_rows(path: Path, keys: tuple[str, ...], what: str, items: str, fix: str) -> list[dict[str, str]]:
+    """The rows of a JSONL set (the guard's texts, the anchor's prompts), each with a non-empty string
+    under every key; a :class:`TrainError` names the file, the line and ``fix``."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise TrainError(f"Cannot read the guard text set {path} ({exc}); {RESTORE}.") from exc
+        raise TrainError(f"Cannot read the {what} {path} ({exc}); {fix}.") from exc
     rows = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -64,12 +70,13 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TrainError(f"{path} line {n} is not JSON ({exc.msg}); {RESTORE}.") from exc
-        if not isinstance(row, dict) or not all(_text(row.get(k)) for k in ("prompt", "reply")):
-            raise TrainError(f'{path} line {n} needs non-empty "prompt" and "reply" strings; {RESTORE}.')
+            raise TrainError(f"{path} line {n} is not JSON ({exc.msg}); {fix}.") from exc
+        if not isinstance(row, dict) or not all(_text(row.get(k)) for k in keys):
+            need = " and ".join(f'"{k}"' for k in keys)
+            raise TrainError(f"{path} line {n} needs non-empty {need} string{'s' if len(keys) > 1 else ''}; {fix}.")
         rows.append(row)
     if not rows:
-        raise TrainError(f"{path} holds no texts; {RESTORE}.")
+        raise TrainError(f"{path} holds no {items}; {fix}.")
     return rows
 
 

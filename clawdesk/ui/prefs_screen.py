@@ -9,9 +9,8 @@ same topic) stay listed until deleted. Deleting overwrites the text in the file 
 from __future__ import annotations
 
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from clawdesk.errors import ClawDeskError
 from clawdesk.store.prefs import (
@@ -24,6 +23,7 @@ from clawdesk.store.prefs import (
     remove_preference,
     restore_preference,
 )
+from clawdesk.ui.screens import TextPromptScreen
 
 SHOWN = 500  # items listed (pinned, then newest, first)
 
@@ -32,27 +32,11 @@ def _snip(text: str, n: int = 90) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-class EditPreferenceScreen(ModalScreen[str | None]):
+class EditPreferenceScreen(TextPromptScreen):
     """Ask for an item's new text; dismisses with it, or None when cancelled."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.current = text
-
-    def compose(self):
-        with Vertical(id="pref-edit-dialog", classes="dialog"):
-            yield Label("Edit preference", classes="dialog-title")
-            yield Input(self.current, id="pref-edit-input", select_on_focus=False)
-            yield Label("Enter saves · Esc cancels", classes="dialog-hint")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    PROMPT_TITLE, DIALOG_ID, INPUT_ID = "Edit preference", "pref-edit-dialog", "pref-edit-input"
+    SELECT_ON_FOCUS = False
 
 
 class PreferencesScreen(Screen[None]):

@@ -62,19 +62,23 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class RenameScreen(ModalScreen[str | None]):
-    """Ask for a new chat title; dismisses with the title, or None when cancelled."""
+class TextPromptScreen(ModalScreen[str | None]):
+    """Ask for one line of text; dismisses with it, or None when cancelled. Subclasses name the dialog."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    PROMPT_TITLE = ""
+    DIALOG_ID = ""
+    INPUT_ID = ""
+    SELECT_ON_FOCUS = True  # a title is usually replaced whole; a preference is usually edited
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, text: str) -> None:
         super().__init__()
-        self.current = title
+        self.current = text
 
     def compose(self):
-        with Vertical(id="rename-dialog", classes="dialog"):
-            yield Label("Rename chat", classes="dialog-title")
-            yield Input(self.current, id="rename-input", select_on_focus=True)
+        with Vertical(id=self.DIALOG_ID, classes="dialog"):
+            yield Label(self.PROMPT_TITLE, classes="dialog-title")
+            yield Input(self.current, id=self.INPUT_ID, select_on_focus=self.SELECT_ON_FOCUS)
             yield Label("Enter saves · Esc cancels", classes="dialog-hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -83,6 +87,12 @@ class RenameScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class RenameScreen(TextPromptScreen):
+    """Ask for a new chat title; dismisses with the title, or None when cancelled."""
+
+    PROMPT_TITLE, DIALOG_ID, INPUT_ID = "Rename chat", "rename-dialog", "rename-input"
 
 
 class ConfirmScreen(ModalScreen[bool]):
