@@ -256,7 +256,7 @@ class MemoryConfig:
     """The preference memory: standing preferences the judge noted, rendered into every new turn's prompt."""
 
     enabled: bool = True  # false: no item is noted and none is rendered (the items stay listed)
-    budget_tokens: int = 256  # the most prompt tokens the rendered items take (pinned, then newest, first)
+    budget_tokens: int = 128  # the most prompt tokens the rendered items take; 128, not 256: README "Cost"
 
     def __post_init__(self) -> None:
         _check(
