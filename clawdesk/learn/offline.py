@@ -20,8 +20,10 @@ def import_offline() -> None:
     """Import bitsandbytes (if installed) with the Hub offline; call before importing peft or transformers."""
     if "bitsandbytes" in sys.modules:
         return
-    # Its CPU backend logs a warning when the Hub fetch is refused; the fetch is refused on purpose.
+    # Its CPU backend and `kernels` log a warning each when the Hub fetch is refused ("Skipping publisher
+    # trust check ..."); the fetch is refused on purpose, so neither line is news to the person.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    logging.getLogger("kernels").setLevel(logging.ERROR)
     import huggingface_hub.constants as hub
 
     offline = hub.HF_HUB_OFFLINE
