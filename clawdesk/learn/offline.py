@@ -6,7 +6,7 @@ when it is imported: a connection to huggingface.co and code from the network, o
 run and every export. ClawDesk reaches the network only in an explicit ``clawdesk pull``, so
 bitsandbytes is first imported here (before peft or transformers can import it) with the Hub in
 offline mode; it then keeps its built-in CPU kernels. Measured on the dev VM: two connection
-attempts to huggingface.co per import without this, none with it (tests/test_privacy.py).
+attempts to huggingface.co per import without this, none with it (tests/system/test_privacy.py).
 """
 
 from __future__ import annotations

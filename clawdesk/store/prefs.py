@@ -92,7 +92,7 @@ def same_topic(new: str, old: str) -> bool:
     Overlap over the *smaller* set, so a short reversal ("use bullet lists") matches the long item it
     reverses ("Do not use any list, bullet points or numbering"), and at least two shared words or
     a one-word topic, so two long items sharing one common word ("short") are both kept. Measured on
-    the shipped persona hints (tests/test_prefs.py): no two of them replace each other, and each
+    the shipped persona hints (tests/store/test_prefs.py): no two of them replace each other, and each
     one's reversal replaces it.
     """
     a, b = topic_words(new), topic_words(old)
