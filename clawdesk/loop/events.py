@@ -3,7 +3,8 @@
 :class:`LoopState` is what a learning dashboard shows at one moment (:attr:`LearningLoop.state`);
 the events say what just happened. A subscriber gets every event on the loop's thread that caused it
 (the judge thread, the trainer watcher, the swap thread, or the caller's own thread for a call such
-as :meth:`LearningLoop.train_now`) and reads :attr:`LearningLoop.state` for the rest.
+as :meth:`LearningLoop.train_now`, and for every call of a synchronous loop) and reads
+:attr:`LearningLoop.state` for the rest.
 """
 
 from __future__ import annotations
