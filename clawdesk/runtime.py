@@ -20,7 +20,9 @@ from clawdesk.store.db import ensure_dir
 if TYPE_CHECKING:
     from clawdesk.engine.gate import ChatGate
     from clawdesk.judge.runner import Judge
+    from clawdesk.judge.service import BacklogJudge
     from clawdesk.loop import LearningLoop
+    from clawdesk.loop.trainers import Trainer
     from clawdesk.preferences import HintClassifier
 
 
@@ -75,16 +77,34 @@ def load_judge(config: Config, store: Store, engine: Engine, **kwargs) -> Judge:
 
 
 def build_learning_loop(
-    config: Config, store: Store, engine: Engine, *, gate: ChatGate, auto_train: bool = True
+    config: Config,
+    store: Store,
+    engine: Engine,
+    *,
+    gate: ChatGate,
+    auto_train: bool = True,
+    judge: BacklogJudge | None = None,
+    trainer: Trainer | None = None,
+    synchronous: bool = False,
 ) -> LearningLoop:
-    """The background learning loop for ``engine``, its judge from :func:`load_judge` (so ``judge.model``
-    is honoured) yielding to the chat through ``gate`` (the chat service's). Call ``start()`` to run it
-    and ``close()`` when done; it closes the judge's own engine, never ``engine``."""
+    """The learning loop for ``engine``, its judge from :func:`load_judge` (so ``judge.model`` is
+    honoured) yielding to the chat through ``gate`` (the chat service's). Call ``start()`` to run it
+    and ``close()`` when done; it closes the judge's own engine, never ``engine``.
+
+    The eval injects its own parts: ``judge`` (anything with the judge's ``judge``/``judge_step``/
+    ``stop``/``engine``, e.g. its oracle; such a judge notes no preference items: the memory is the
+    app's judge's), ``trainer`` (a :class:`~clawdesk.loop.trainers.Trainer`; default the trainer
+    process) and ``synchronous`` (see :class:`~clawdesk.loop.LearningLoop`)."""
     from clawdesk.loop import LearningLoop
 
-    judge = load_judge(config, store, engine, gate=gate)
-    classify = hint_classifier(config, judge)
-    return LearningLoop(config, store.path, engine, judge, gate=gate, auto_train=auto_train, classify=classify)
+    classify = None
+    if judge is None:
+        judge = load_judge(config, store, engine, gate=gate)
+        classify = hint_classifier(config, judge)
+    return LearningLoop(
+        config, store.path, engine, judge, gate=gate, auto_train=auto_train, classify=classify, trainer=trainer,
+        synchronous=synchronous,
+    )  # fmt: skip
 
 
 def hint_classifier(config: Config, judge: Judge) -> HintClassifier | None:

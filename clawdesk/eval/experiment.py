@@ -5,25 +5,26 @@ one-phase scenario). One interaction is a new chat session (one session per task
 the phase's next training prompt → the served reply (sampled, adapter on, exactly as the chat
 serves it) → the simulated user's satisfied/unsatisfied message, recorded as the next turn (its own
 reply is not generated: it is the next state and nothing more). Each phase is scored at its start
-(with the adapter served then) and after every training round on its own held-out set. Every
-``train_every`` interactions, and at the end of every phase, the pending turns are judged (``self``:
-the app's judge, from ``runtime.load_judge``; ``oracle``: reward from the phase's checks, hint from
-the first failing persona), the app's trainer makes as many versions as full batches are ready,
-and the newest ready version is hot-swapped in with the app's own
-:class:`~clawdesk.reload.AdapterSwitch`.
+(with the adapter served then) and after every training round on its own held-out set.
 
-The base model for training is loaded once per run (a :class:`~clawdesk.learn.learner.Learner`
-kept across steps). Everything lives in a fresh data dir under the output dir, never the user's.
+The learning is the app's own :class:`~clawdesk.loop.LearningLoop`, built by
+:func:`clawdesk.runtime.build_learning_loop` in its synchronous mode and driven at fixed points:
+every ``train_every`` interactions, and at the end of every phase, the eval calls
+:meth:`~clawdesk.loop.LearningLoop.judge_pending` (the loop's judge pass over what is pending) and
+then :meth:`~clawdesk.loop.LearningLoop.train_ready` (as many versions as full batches are ready,
+validated, and the newest ready one hot-swapped in with :class:`~clawdesk.reload.AdapterSwitch`).
+The eval subscribes to the loop's events: its progress lines are rendered from them, and a round is
+scored when a :class:`~clawdesk.loop.VersionServed` names a new version (otherwise the same weights
+are served and the last point repeats).
 
-Why this does not drive :class:`clawdesk.loop.LearningLoop` (the chat's loop): its numbers must be
-reproducible and comparable across methods, and the loop would change them. The eval judges
-synchronously at fixed points (every ``train_every`` interactions), replaces the judge's output before
-it is saved (oracle, shuffled, OPD-only), and trains in this process with one seeded ``Learner`` kept
-across steps (its AdamW moments and LoRA init carry over) on every core. The loop judges in the
-background as turns arrive (which turns a step sees depends on timing), saves judgments as they are,
-and trains one step per ``python -m clawdesk.learn.trainer`` launch, which reloads the base, restarts the
-optimizer from the saved adapter, is unseeded and niced to half the cores. What the two share are the
-steps themselves: ``runtime.load_judge``, ``Judge.judge``, ``learn.trainer.train`` and ``AdapterSwitch``.
+What the eval injects keeps its numbers reproducible and comparable across methods: the judge
+(``self``: the app's, from ``runtime.load_judge``; ``oracle``: reward from the phase's checks, hint
+from the first failing persona; the ``shuffled`` and ``opd`` controls wrap it, see
+:mod:`clawdesk.eval.judges`), and the trainer, an :class:`~clawdesk.loop.trainers.InProcessTrainer`:
+one seeded :class:`~clawdesk.learn.learner.Learner` kept across steps (its LoRA init and AdamW
+moments carry over, the base is loaded once per run) on every core, where the chat's loop launches
+an unseeded, niced trainer process per step. Synchronous judging makes which turns a step sees
+independent of timing. Everything lives in a fresh data dir under the output dir, never the user's.
 
 Methods: ``combined`` (the app), ``binary`` (w_opd = 0), ``opd`` (w_binary = 0, hinted samples
 only), ``off`` (no training), ``shuffled`` (combined on the oracle's rewards and hints permuted
@@ -35,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import random
 import shutil
 import threading
 import time
@@ -45,9 +45,20 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.config import Config
-from clawdesk.errors import InputError
+from clawdesk.errors import InputError, TrainError
+from clawdesk.eval.judges import ObservedJudge, OracleJudge, ShuffledJudge, ZeroRewardJudge, shuffle_signals
 from clawdesk.eval.scenarios import TARGET, Phase, Scenario, interactions_to_target, retention
 from clawdesk.eval.scoring import Scorer
+from clawdesk.loop import (
+    JudgeProgress,
+    SwapFailed,
+    TrainingFailed,
+    TrainingFinished,
+    TrainingProgress,
+    TrainingSkipped,
+    VersionRejected,
+    VersionServed,
+)
 
 METHODS = ("off", "shuffled", "binary", "opd", "combined")
 JUDGES = ("oracle", "self")
@@ -77,21 +88,58 @@ class EvalOptions:
         return "oracle" if self.method == "shuffled" else self.judge  # shuffled permutes the oracle's signals
 
 
-def shuffle_signals(signals: list, seed: int, salt: int) -> list:
-    """The ``shuffled`` control: the round's (reward, hint) pairs in a seeded random order (same multiset)."""
-    out = list(signals)
-    random.Random(seed * 7919 + salt).shuffle(out)
-    return out
-
-
 @dataclass(frozen=True)
 class EvalEvent:
-    """Progress of a run: ``phase`` is 'interact', 'judge', 'train', 'score' or 'done'."""
+    """Progress of a run: ``phase`` is 'interact', 'judge', 'train', 'score' or 'done'.
+
+    ``source``: the learning loop's event it renders (judge and train lines), None for the eval's own."""
 
     phase: str
     done: int
     total: int
     message: str = ""
+    source: object = None
+
+
+class _Round:
+    """The learning loop's events of one judge-and-train round, rendered as eval progress as they arrive."""
+
+    def __init__(self, emit: Callable[[EvalEvent], None]) -> None:
+        self.emit = emit
+        self.begin(0, None)
+
+    def begin(self, to_judge: int, serving: int | None) -> None:
+        self.to_judge, self.serving_before = to_judge, serving
+        self.served: int | None = None  # a new version the loop swapped in this round
+        self.failed = ""
+
+    def __call__(self, ev) -> None:
+        line = ""
+        if isinstance(ev, JudgeProgress):
+            if not ev.judging:  # a turn was judged (or the backlog read): the bar moves
+                done = max(self.to_judge - ev.ready, 0)
+                self.emit(EvalEvent("judge", done, max(self.to_judge, 1), source=ev))
+            return
+        if isinstance(ev, TrainingProgress):
+            self.emit(EvalEvent("train", ev.step, max(ev.steps, 1), ev.message, source=ev))
+            return
+        if isinstance(ev, TrainingSkipped):
+            line = ev.reason
+        elif isinstance(ev, TrainingFinished):
+            made = ", ".join(f"v{v}" for v in ev.versions)
+            line = f"trained {made}" if made else f"no version made: {ev.message}"
+        elif isinstance(ev, VersionRejected):
+            line = f"v{ev.version} rejected, not served: {ev.note}"
+        elif isinstance(ev, VersionServed):
+            if ev.version is not None and ev.version != self.serving_before:
+                self.served = ev.version
+            line = ev.message
+        elif isinstance(ev, SwapFailed):
+            line = f"not served: {ev.error}"
+        elif isinstance(ev, TrainingFailed):
+            self.failed = line = ev.error or "the training run failed"
+        if line:
+            self.emit(EvalEvent("train", 1, 1, line, source=ev))
 
 
 @dataclass
@@ -141,14 +189,15 @@ class Experiment:
     model_spec: str | None = None
     on_event: Callable[[EvalEvent], None] = lambda _e: None
     _turns: list[_Turn] = field(default_factory=list)
+    _by_id: dict[int, _Turn] = field(default_factory=dict)
     _agreement: Agreement = field(default_factory=Agreement)
     _phase_agreement: dict[int, Agreement] = field(default_factory=dict)
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
 
     def run(self) -> dict[str, Any]:
         from clawdesk.agent import AgentService
-        from clawdesk.reload import AdapterSwitch
-        from clawdesk.runtime import load_engine, load_judge, open_store
+        from clawdesk.loop.trainers import InProcessTrainer
+        from clawdesk.runtime import build_learning_loop, load_engine, open_store
         from clawdesk.store.versions import list_versions
 
         opts, scenario = self.options, self.scenario
@@ -156,16 +205,21 @@ class Experiment:
         cfg = self.run_config()
         store = open_store(cfg)
         engine = load_engine(cfg, store, self.model_spec)
-        judge = None
+        loop = None
         try:
-            if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
-                judge = load_judge(cfg, store, engine)
             service = AgentService(engine, cfg.chat)
+            trainer = InProcessTrainer(seed=opts.seed)  # torch on every core: chat, judge and trainer take turns
+            loop = build_learning_loop(
+                cfg, store, engine, gate=service.gate, judge=self._judge(cfg, store, engine, service.gate),
+                trainer=trainer, synchronous=True,
+            )  # fmt: skip
+            round_ = _Round(self.on_event)
+            loop.subscribe(round_)
+            loop.start()
             scorer = Scorer(engine, scenario.phases[0], cfg.chat.system_prompt, opts.max_reply_tokens)
-            switch = AdapterSwitch(engine, store)
             ppl_curve: list[list[float]] = [[0, 1.0]]
             phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
-            learner, train_s, i, replies = None, 0.0, 0, []
+            train_s, i, replies = 0.0, 0, []
             for j, phase in enumerate(scenario.phases):
                 start, scorer.persona = i, phase
                 names = tuple(phase.names)
@@ -177,35 +231,37 @@ class Experiment:
                 scores: list[list[float]] = [[i, base]]
                 for k in range(phase.interactions):
                     self._interact(service, store, phase, j, i, k)
+                    loop.turn_recorded()
                     i += 1
                     self._emit("interact", i, scenario.total, phase.prompt(k))
                     if i % opts.train_every and k + 1 < phase.interactions:
                         continue  # a round every train_every interactions, and at the end of every phase
-                    self._judge_pending(store, engine, judge)
+                    round_.begin(loop.state.judge_ready, loop.state.serving)
+                    loop.judge_pending()
                     if opts.method == "off":
                         continue
                     t0 = time.monotonic()
-                    learner, made = self._train(cfg, engine, learner)
+                    loop.train_ready()
                     train_s += time.monotonic() - t0
-                    served = engine.adapter_version
-                    if made:
-                        switch.sync()
-                    if engine.adapter_version == served:
+                    if round_.failed:
+                        raise TrainError(round_.failed)
+                    if round_.served is None:
                         # No new version served (too few samples, or every one rejected): the same weights,
                         # and greedy replies on a fresh cache repeat exactly, so the point is the last one again.
                         scores.append([i, scores[-1][1]])
                         ppl_curve.append([i, ppl_curve[-1][1]])
                         continue
-                    self._emit("score", i, scenario.total, f"scoring adapter v{engine.adapter_version}")
+                    self._emit("score", i, scenario.total, f"scoring adapter v{round_.served}")
                     scores.append([i, scorer.score()])
                     replies = scorer.last_replies
-                    ppl_curve.append([i, self._ppl_ratio(learner, engine, cfg)["ppl_ratio"]])
+                    ppl_curve.append([i, self._ppl_ratio(trainer.learner, engine, cfg)["ppl_ratio"]])
                 phases.append(self._phase_result(j, phase, start, scores, with_hint[names]))
+            learner = trainer.learner
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
             versions = list_versions(store)
         finally:
-            if judge is not None and judge.engine is not engine:
-                judge.engine.close()
+            if loop is not None:
+                loop.close()  # it closes the judge's own engine (judge.model), never the served one
             engine.close()
             store.close()
         scores = [point for ph in phases for point in ph["scores"]]
@@ -300,76 +356,34 @@ class Experiment:
         stopped.set()
         service.run_turn(store, session.id, reaction.message, cancel=stopped)
         self._turns.append(_Turn(result.turn_id, reaction.satisfied, reaction.hint, j))
+        self._by_id[result.turn_id] = self._turns[-1]
 
-    # -- judging -----------------------------------------------------------------------------
+    # -- the judge the loop calls ------------------------------------------------------------
 
-    def _judge_pending(self, store, engine, judge) -> None:
-        """Judge what is pending with ``judge`` (the app's self-judge), or with the oracle when it is None."""
-        from clawdesk.store.judgments import pending_turns, save_judgment
+    def _judge(self, cfg: Config, store, engine, gate):
+        """The run's judge: the app's self-judge (agreement counted) or the oracle, wrapped by the method's control."""
+        from clawdesk.runtime import load_judge
 
-        pending = pending_turns(store)
-        by_id = {t.turn_id: t for t in self._turns}
-        judgments = []
-        for k, p in enumerate(pending):
-            self._emit("judge", k + 1, len(pending), f"judging turn {p.turn.id}")
-            turn = by_id[p.turn.id]
-            j = judge.judge(store, p) if judge is not None else self._oracle(store, engine, p, turn)
-            if judge is not None:
-                for agreement in (self._agreement, self._phase_agreement.setdefault(turn.phase, Agreement())):
-                    agreement.count(j.reward, j.hint is not None, turn.satisfied)
-            judgments.append(j)
-        if self.options.method == "shuffled":
-            judgments = self._shuffle(store, engine, pending, judgments)
-        for j in judgments:
-            if self.options.method == "opd":
-                j = dataclasses.replace(j, reward=0)  # OPD alone: only hinted turns become samples
-            save_judgment(store, j)
-
-    def _oracle(self, store, engine, pending, turn: _Turn | None, hint_from=None):
-        from clawdesk.judge.parse import enhanced_user_message
-        from clawdesk.judge.teacher import teacher_prompt, turn_context
-        from clawdesk.store.judgments import Judgment
-
-        if hint_from is None:
-            reward, hint = (1, None) if turn.satisfied else (-1, turn.hint)
+        opts = self.options
+        if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
+            judge = ObservedJudge(load_judge(cfg, store, engine, gate=gate), self._count_agreement)
         else:
-            reward, hint = hint_from
-        enhanced = enhanced_user_message(pending.turn.user_content, hint) if hint else None
-        ids, note = teacher_prompt(engine, turn_context(store, pending.turn), enhanced) if enhanced else (None, "")
-        ident = engine.identity
-        return Judgment(
-            turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="oracle",
-            judge_model_name="oracle", judge_model_sha256=ident.sha256, score_outputs=[], votes=[reward],
-            reward=reward, hint_outputs=[], hint=hint, enhanced_user=enhanced, enhanced_prompt_ids=ids,
-            seconds=0.0, note=note,
-        )  # fmt: skip
+            judge = OracleJudge(engine, self._truth)
+            if opts.method == "shuffled":
+                judge = ShuffledJudge(judge, opts.seed, salt=lambda: len(self._turns))
+        if opts.method == "opd":
+            judge = ZeroRewardJudge(judge)  # OPD alone: only hinted turns become samples
+        return judge
 
-    def _shuffle(self, store, engine, pending, judgments):
-        signals = shuffle_signals([(j.reward, j.hint) for j in judgments], self.options.seed, len(self._turns))
-        return [self._oracle(store, engine, p, None, hint_from=s) for p, s in zip(pending, signals, strict=True)]
+    def _truth(self, turn_id: int) -> tuple[bool, str | None]:
+        """What the simulated user said of the reply of ``turn_id``: (satisfied, the oracle's hint)."""
+        turn = self._by_id[turn_id]
+        return turn.satisfied, turn.hint
 
-    # -- training ----------------------------------------------------------------------------
-
-    def _train(self, cfg: Config, engine, learner):
-        import torch
-
-        from clawdesk.learn.trainer import load_learner, train
-
-        torch.set_num_threads(os.cpu_count() or 2)
-        if learner is None:
-            torch.manual_seed(self.options.seed)  # the fresh LoRA's initial A matrices
-            self._emit("train", 0, 1, "loading the base model for training (once per run)")
-            learner = load_learner(engine.identity.path, cfg.train, None)
-        ident = engine.identity
-
-        def progress(p) -> None:
-            self._emit("train", p.step, max(p.steps, 1), p.message)
-
-        made = train(
-            cfg.db_path, cfg.adapters_dir, ident.path, ident.name, ident.sha256, cfg.train,
-            on_progress=progress, learner=learner, system_prompt=cfg.chat.system_prompt,
-        )  # fmt: skip
-        return learner, made
+    def _count_agreement(self, pending, judgment) -> None:
+        turn = self._by_id[pending.turn.id]
+        for agreement in (self._agreement, self._phase_agreement.setdefault(turn.phase, Agreement())):
+            agreement.count(judgment.reward, judgment.hint is not None, turn.satisfied)
 
     def _ppl_ratio(self, learner, engine, cfg: Config) -> dict[str, float]:
         """exp(mean NLL with the adapter − without) on the shipped neutral Q&A set: 1.0 = no forgetting."""

@@ -14,14 +14,38 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from clawdesk.engine import Engine
 from clawdesk.judge.parse import majority
-from clawdesk.judge.runner import Judge, JudgeInterrupted
+from clawdesk.judge.runner import JudgeInterrupted
 from clawdesk.judge.vote import VoteProgress
 from clawdesk.preferences import HintClassifier, Noted, note_hint
 from clawdesk.store import Store
 from clawdesk.store.judgments import Judgment, PendingTurn, backlog, drop_stale, pending_turns, save_judgment
-from clawdesk.store.step_judgments import StepJudgment, pending_steps, save_step_judgment, step_backlog
+from clawdesk.store.step_judgments import (
+    PendingStep,
+    StepJudgment,
+    pending_steps,
+    save_step_judgment,
+    step_backlog,
+)
+
+
+class BacklogJudge(Protocol):
+    """What judging the backlog needs of a judge. :class:`Judge` is the app's; the eval's oracle and its
+    controls (:mod:`clawdesk.eval.judges`) are others, so the learning loop runs them all alike."""
+
+    engine: Engine  # the engine it votes with (closed by the learning loop when it is not the served one)
+    stop: threading.Event  # set: interrupt at the next token (learning OFF, closing)
+
+    def judge(
+        self, store: Store, pending: PendingTurn, *, on_progress: Callable[[VoteProgress], None] | None = None
+    ) -> Judgment: ...
+
+    def judge_step(
+        self, store: Store, pending: PendingStep, *, on_progress: Callable[[VoteProgress], None] | None = None
+    ) -> StepJudgment: ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +77,7 @@ class JudgeSummary:
 
 def judge_pending(
     store: Store,
-    judge: Judge,
+    judge: BacklogJudge,
     *,
     max_age_hours: float,
     limit: int | None = None,
@@ -118,7 +142,11 @@ def _note_preference(
 
 
 def _judge_steps(
-    store: Store, judge: Judge, summary: JudgeSummary, limit: int | None, on_event: Callable[[JudgeEvent], None] | None
+    store: Store,
+    judge: BacklogJudge,
+    summary: JudgeSummary,
+    limit: int | None,
+    on_event: Callable[[JudgeEvent], None] | None,
 ) -> None:
     if limit is not None and limit <= 0:
         return
@@ -149,7 +177,7 @@ class JudgeLoop:
 
     def __init__(
         self,
-        judge: Judge,
+        judge: BacklogJudge,
         db_path: Path,
         *,
         max_age_hours: float,
@@ -185,24 +213,35 @@ class JudgeLoop:
         self._wake.set()
 
     def run(self) -> None:
+        """Judge whatever becomes ready until :meth:`close`: a :meth:`drain` per wake-up (or ``idle_poll``)."""
         store = Store.open(self.db_path)
         try:
             while not self._closing.is_set():
                 self._wake.clear()
-                if store.learning_enabled and not self.judge.stop.is_set():
-                    summary = judge_pending(
-                        store,
-                        self.judge,
-                        max_age_hours=self.max_age_hours,
-                        limit=1,
-                        on_event=self.on_event,
-                        classify=self.classify,
-                    )
-                    if summary.judged or summary.steps_judged:
-                        continue  # more may be ready; re-check at once
-                if self.on_event is not None:
-                    ready, waiting = backlog(store)
-                    self.on_event(JudgeEvent("backlog", ready=ready, waiting=waiting, steps_ready=step_backlog(store)))
+                self.drain(store)
                 self._wake.wait(self.idle_poll)
         finally:
             store.close()
+
+    def drain(self, store: Store) -> int:
+        """Judge on the calling thread, one turn or tool step at a time, until nothing judgeable is left
+        (or learning is OFF, or :meth:`close`); then report the backlog. Returns how many were judged.
+
+        :meth:`run`'s pass; a caller that needs judging at fixed points (the eval) calls it directly."""
+        judged = 0
+        while not self._closing.is_set() and store.learning_enabled and not self.judge.stop.is_set():
+            summary = judge_pending(
+                store,
+                self.judge,
+                max_age_hours=self.max_age_hours,
+                limit=1,
+                on_event=self.on_event,
+                classify=self.classify,
+            )
+            if not (summary.judged or summary.steps_judged):
+                break
+            judged += summary.judged + summary.steps_judged  # more may be ready; re-check at once
+        if self.on_event is not None:
+            ready, waiting = backlog(store)
+            self.on_event(JudgeEvent("backlog", ready=ready, waiting=waiting, steps_ready=step_backlog(store)))
+        return judged

@@ -2,7 +2,8 @@
 
 Build one with :func:`clawdesk.runtime.build_learning_loop`; subscribe to its events
 (:mod:`clawdesk.loop.events`) and read :attr:`LearningLoop.state`. The TUI
-(:mod:`clawdesk.ui.learning`) only renders them. Nothing here imports textual.
+(:mod:`clawdesk.ui.learning`) only renders them; ``clawdesk eval`` drives a synchronous loop with
+its own judge and trainer (:mod:`clawdesk.loop.trainers`). Nothing here imports textual or the eval.
 """
 
 from clawdesk.loop.events import (

@@ -3,7 +3,8 @@
 :class:`LoopState` is what a learning dashboard shows at one moment (:attr:`LearningLoop.state`);
 the events say what just happened. A subscriber gets every event on the loop's thread that caused it
 (the judge thread, the trainer watcher, the swap thread, or the caller's own thread for a call such
-as :meth:`LearningLoop.train_now`) and reads :attr:`LearningLoop.state` for the rest.
+as :meth:`LearningLoop.train_now`, and for every call of a synchronous loop) and reads
+:attr:`LearningLoop.state` for the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class LoopState:
     judging: str = ""  # the vote in progress, e.g. "turn 12: vote 3/6"
     ready_samples: int = 0  # judged samples the next training step can use
     batch_size: int = 16  # samples per training step (train.batch_size)
-    running: bool = False  # a trainer process runs
+    running: bool = False  # a training run is in progress
     phase: str = ""  # its last phase (clawdesk.learn.trainer.PHASES, "starting" or "error")
     step: int = 0
     steps: int = 0
@@ -57,7 +58,7 @@ class LearningToggled:
 
 @dataclass(frozen=True)
 class TrainingStarted:
-    """A trainer process was launched on ``batch`` samples."""
+    """A training run was started on ``batch`` samples (a trainer process, or in this process)."""
 
     batch: int
 
@@ -71,7 +72,7 @@ class TrainingSkipped:
 
 @dataclass(frozen=True)
 class TrainingProgress:
-    """One progress line of the trainer process (see :mod:`clawdesk.learn.protocol`)."""
+    """One progress message of the training run (see :mod:`clawdesk.learn.protocol`)."""
 
     phase: str
     step: int
@@ -82,7 +83,7 @@ class TrainingProgress:
 
 @dataclass(frozen=True)
 class TrainingFinished:
-    """The trainer process exited cleanly; ``versions``: those it made (rejected ones included)."""
+    """The training run ended cleanly; ``versions``: those it made (rejected ones included)."""
 
     versions: tuple[int, ...]
     message: str  # its last progress message (why nothing was made, when nothing was)
@@ -90,7 +91,7 @@ class TrainingFinished:
 
 @dataclass(frozen=True)
 class TrainingFailed:
-    """The trainer process failed; ``error`` is its message ('' when it died without one: see its log)."""
+    """The training run failed; ``error`` is its message ('' when a process died without one: see its log)."""
 
     error: str
 

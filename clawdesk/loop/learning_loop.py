@@ -1,18 +1,23 @@
-"""The learning loop: judge worker → sample readiness → trainer process → validation → hot-swap.
+"""The learning loop: judge worker → sample readiness → trainer → validation → hot-swap.
 
-:class:`LearningLoop` is built by :func:`clawdesk.runtime.build_learning_loop` and runs below any
-front end (the TUI renders its events; a headless server can drive it the same way). Its blocking
-work runs on threads of its own, each with its own database connection:
+:class:`LearningLoop` is built by :func:`clawdesk.runtime.build_learning_loop` and runs below every
+front end: the TUI and ``clawdesk serve`` render its events, and ``clawdesk eval`` drives it. By
+default its blocking work runs on threads of its own, each with its own database connection:
 
 - the judge thread runs :class:`~clawdesk.judge.service.JudgeLoop`: it shares the engine and yields
   to the chat through the chat's :class:`~clawdesk.engine.gate.ChatGate`;
 - when learning is ON and a full batch of judged samples is ready (or :meth:`train_now` asks), the
-  trainer runs as a separate, low-priority process (:mod:`clawdesk.loop.trainer_process`), one
-  optimizer step per launch; a watcher thread reads its :mod:`clawdesk.learn.protocol` lines. While
-  it runs the engines keep to their share of the cores, and while the chat generates the trainer is
-  stopped (:class:`~clawdesk.learn.pause.TrainerPause`, owned here);
+  loop's :class:`~clawdesk.loop.trainers.Trainer` starts a run and a watcher thread follows its
+  :mod:`clawdesk.learn.protocol` messages. The app's trainer is a separate, low-priority process,
+  one optimizer step per launch: while it runs the engines keep to their share of the cores, and
+  while the chat generates it is stopped (:class:`~clawdesk.learn.pause.TrainerPause`, owned here);
 - a new ready version is hot-swapped in by a swap thread: :meth:`Engine.load_adapter` waits for the
   engine lock, so a reply in progress finishes on the old adapter and the next one uses the new.
+
+``synchronous=True`` is the mode for callers that need reproducible numbers (the eval): no judge
+thread and no training on timing. The caller runs :meth:`judge_pending` and :meth:`train_ready` at
+points of its choosing; each does the same work (the same judge pass, watcher, validation rows and
+hot-swap, the same events) on the calling thread and returns when it is done.
 
 Turning learning OFF interrupts judging at the next token and launches no new training step; a step
 already running finishes and is kept. No event is sent while the loop's lock is held, so a
@@ -31,10 +36,9 @@ from clawdesk.config import Config
 from clawdesk.engine import Engine
 from clawdesk.engine.gate import ChatGate
 from clawdesk.errors import ClawDeskError
-from clawdesk.judge.runner import Judge
-from clawdesk.judge.service import JudgeEvent, JudgeLoop
+from clawdesk.judge.service import BacklogJudge, JudgeEvent, JudgeLoop
 from clawdesk.learn.pause import TrainerPause
-from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, TrainProgress
+from clawdesk.learn.protocol import TrainerFailed, TrainerMessage, TrainerStarted, TrainProgress
 from clawdesk.loop.events import (
     JudgeProgress,
     JudgeStopped,
@@ -53,7 +57,7 @@ from clawdesk.loop.events import (
     VersionRejected,
     VersionServed,
 )
-from clawdesk.loop.trainer_process import TrainerProcess
+from clawdesk.loop.trainers import ProcessTrainer, Trainer, TrainerRun
 from clawdesk.preferences import HintClassifier
 from clawdesk.reload import AdapterSwitch
 from clawdesk.store import Store
@@ -71,22 +75,29 @@ class LearningLoop:
         config: Config,
         db_path: Path,
         engine: Engine,
-        judge: Judge,
+        judge: BacklogJudge,
         *,
         gate: ChatGate,
         auto_train: bool = True,
         idle_poll: float = 2.0,
         classify: HintClassifier | None = None,
+        trainer: Trainer | None = None,
+        synchronous: bool = False,
     ) -> None:
         """``auto_train=False`` trains only on :meth:`train_now`; ``gate`` is the chat service's.
         ``classify``: the judge's standing-vs-one-off call; with it, standing hints become preference
-        items (:class:`~clawdesk.loop.events.PreferenceNoted`); None: the memory is never added to."""
+        items (:class:`~clawdesk.loop.events.PreferenceNoted`); None: the memory is never added to.
+        ``trainer``: how a training run is made (default :class:`~clawdesk.loop.trainers.ProcessTrainer`).
+        ``synchronous``: judge and train only on :meth:`judge_pending` / :meth:`train_ready`, on the
+        caller's thread (``auto_train`` is then off)."""
         self.config = config
         self.db_path = Path(db_path)
         self.engine = engine
         self.judge = judge
         self.gate = gate
-        self.auto_train = auto_train
+        self.synchronous = synchronous
+        self.auto_train = auto_train and not synchronous
+        self.trainer: Trainer = trainer or ProcessTrainer()
         self._lock = threading.RLock()
         self._state = LoopState(batch_size=config.train.batch_size, serving=engine.adapter_version)
         self._listeners: list[Listener] = []
@@ -99,7 +110,7 @@ class LearningLoop:
         # generates the trainer is stopped instead (clawdesk.learn.pause).
         self.pause = TrainerPause(e.threads for e in (engine, judge.engine))
         self._unlisten = gate.on_computing(self.pause.chat_computing)
-        self._trainer: TrainerProcess | None = None
+        self._trainer: TrainerRun | None = None
         self._versions_before = 0
         self._judge_thread: threading.Thread | None = None
         self._closed = False
@@ -149,17 +160,19 @@ class LearningLoop:
         finally:
             store.close()
 
-    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        if self.synchronous:  # the caller's thread does the work and gets control back when it is done
+            target()
+            return
         # Not daemons: an exiting process lets the judge stop at its next token and reads a running
         # trainer's last lines, as the app's thread workers did.
-        thread = threading.Thread(target=target, name=f"clawdesk-{name}")
-        thread.start()
-        return thread
+        threading.Thread(target=target, name=f"clawdesk-{name}").start()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Serve the chosen adapter (before any reply or judge runs), then start judging."""
+        """Serve the chosen adapter (before any reply or judge runs), then start judging (in synchronous
+        mode: judging waits for :meth:`judge_pending`)."""
         with self._store() as store:
             problem = AdapterSwitch(self.engine, store).sync()
             learning = store.learning_enabled
@@ -167,7 +180,9 @@ class LearningLoop:
         if problem:
             self._emit(ServingProblem(problem))
         self._judges.set_learning(learning)
-        self._judge_thread = self._spawn(self._run_judge, "judge")
+        if not self.synchronous:
+            self._judge_thread = threading.Thread(target=self._run_judge, name="clawdesk-judge")
+            self._judge_thread.start()
         self.refresh()
 
     def close(self) -> None:
@@ -252,6 +267,45 @@ class LearningLoop:
         """Start a training step on what is ready now (up to a batch). False if it cannot start."""
         return self._maybe_train(force=True)
 
+    # -- synchronous driving (the eval) ---------------------------------------------------
+
+    def judge_pending(self) -> int:
+        """Synchronous mode: judge on the calling thread until nothing judgeable is left; how many were.
+
+        The background judge's own pass (:meth:`JudgeLoop.drain`), with the same events."""
+        self._require_synchronous("judge_pending")
+        with self._store() as store:
+            return self._judges.drain(store)
+
+    def train_ready(self) -> tuple[int, ...]:
+        """Synchronous mode: train while a full batch is ready, on the calling thread; the versions made.
+
+        Each run is followed, validated and its newest ready version hot-swapped in exactly as in
+        the background, with the same events, before this returns. With too few samples nothing
+        starts and :class:`~clawdesk.loop.events.TrainingSkipped` says how many are ready."""
+        from clawdesk.learn.versions import list_versions
+
+        self._require_synchronous("train_ready")
+        with self._store() as store:
+            before = max((v.version for v in list_versions(store)), default=0)
+        self.refresh()
+        if self.state.ready_samples < self.state.batch_size:
+            state = self.state
+            why = f"{state.ready_samples} of {state.batch_size} samples ready; training starts when a batch is full"
+            self._emit(TrainingSkipped(why))
+        # A run that makes no version (it failed, or was stopped) ends the loop: no retry on the same samples.
+        while self.state.ready_samples >= self.state.batch_size and self._maybe_train(force=True):
+            with self._store() as store:
+                newest = max((v.version for v in list_versions(store)), default=0)
+            if newest <= self._versions_before:
+                break
+        with self._store() as store:
+            return tuple(v.version for v in list_versions(store) if v.version > before)
+
+    def _require_synchronous(self, what: str) -> None:
+        if not self.synchronous:  # the judge thread or a trainer run would race with this call
+            raise RuntimeError(f"LearningLoop.{what} is for a loop built with synchronous=True")
+
     def _maybe_train(self, *, force: bool = False) -> bool:
         """Start one training step when learning is ON and a full batch is ready (or ``force``)."""
         from clawdesk.learn.versions import list_versions
@@ -268,36 +322,41 @@ class LearningLoop:
                 before = max((v.version for v in list_versions(store)), default=0)
             batch = min(state.ready_samples, state.batch_size) if force else state.batch_size
             if batch > 0:
-                trainer = self._trainer = TrainerProcess(self.config, self.engine, batch)
+                run = self._trainer = self.trainer.start(self.config, self.engine, batch)
                 self._versions_before = before
-                self.pause.attach(trainer.proc)
+                if run.process is not None:
+                    self.pause.attach(run.process)
                 self._update(running=True, phase="starting", message="starting the trainer")
         if batch == 0:
             self._emit(TrainingSkipped(NOTHING_JUDGED))
             return False
         self._emit(TrainingStarted(batch))
-        self._spawn(lambda: self._watch_trainer(trainer), "trainer")
+        self._spawn(lambda: self._watch_trainer(run), "trainer")
         return True
 
-    def _watch_trainer(self, trainer: TrainerProcess) -> None:
-        """From the watcher thread: follow the process to its end."""
-        error, message = "", ""
-        for line in trainer.messages():
+    def _watch_trainer(self, run: TrainerRun) -> None:
+        """From the watcher thread (the caller's in synchronous mode): follow the run to its end."""
+        last = {"error": "", "message": ""}
+
+        def on_message(line: TrainerMessage) -> None:
             if isinstance(line, TrainerStarted):
                 if line.pausable:
                     self.pause.arm()  # its death signal is set: the chat may stop it from now on
                 state = self._update(phase="starting", message="")
             elif isinstance(line, TrainerFailed):
-                error = message = line.error
+                last["error"] = last["message"] = line.error
                 state = self._update(phase="error", message=line.error)
             else:
-                message = line.message
+                last["message"] = line.message
                 state = self._progress(line)
             self._emit(TrainingProgress(state.phase, state.step, state.steps, state.message, state.metrics))
-        code = trainer.wait()
-        # Here, before anything else: the cores are free now, even if the loop is already closed.
-        self.pause.detach()
-        self._finished(code, error, message)
+
+        try:
+            code = run.follow(on_message)
+        finally:
+            # Here, before anything else: the cores are free now, even if the loop is already closed.
+            self.pause.detach()
+        self._finished(code, last["error"], last["message"])
 
     def _progress(self, p: TrainProgress) -> LoopState:
         changes: dict = {"phase": p.phase, "step": p.step, "steps": p.steps, "message": p.message}

@@ -1,7 +1,8 @@
 """Launching the trainer as a separate, low-priority process and reading its protocol lines.
 
-One launch is one optimizer step (``python -m clawdesk.learn.trainer --steps 1``) on exactly the
-batch the loop counted. Its stdout carries :mod:`clawdesk.learn.protocol` lines; its stderr goes to
+The learning loop's default trainer (:class:`clawdesk.loop.trainers.ProcessTrainer`). One launch is
+one optimizer step (``python -m clawdesk.learn.trainer --steps 1``) on exactly the batch the loop
+counted. Its stdout carries :mod:`clawdesk.learn.protocol` lines; its stderr goes to
 ``logs/trainer.log`` (owner-only: errors and warnings can quote turns).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from clawdesk.config import Config
 from clawdesk.engine import Engine
@@ -54,3 +55,14 @@ class TrainerProcess:
 
     def wait(self) -> int:
         return self.proc.wait()
+
+    @property
+    def process(self) -> subprocess.Popen:
+        """The child: the loop's :class:`~clawdesk.learn.pause.TrainerPause` stops it while the chat generates."""
+        return self.proc
+
+    def follow(self, on_message: Callable[[TrainerMessage], None]) -> int:
+        """Pass every protocol message to ``on_message`` until the process exits; its exit code."""
+        for message in self.messages():
+            on_message(message)
+        return self.wait()

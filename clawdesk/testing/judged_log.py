@@ -31,11 +31,13 @@ def fill_judged(
     reply_len: Length = (3, 12),
     hint_every: int = 0,
     model_path: str = "/tiny.gguf",
+    judged: bool = True,
 ) -> list[int]:
     """Add ``n`` turns of one new session to the log at ``db``, judged with ``rewards`` (cycled).
 
     Every ``hint_every``-th turn (0 = none) gets a hint and a teacher prompt (its prompt + 5 ids).
-    Returns the turn ids.
+    ``judged=False`` leaves them for a judge: each turn but the last is then ready to judge (the
+    next turn is its next state). Returns the turn ids.
     """
     from clawdesk.store import NewTurn, Store, now_iso
     from clawdesk.store.judgments import Judgment, save_judgment
@@ -57,6 +59,9 @@ def fill_judged(
                     reply_ids=reply, started_at=at, finished_at=at,
                 ),
             )  # fmt: skip
+            ids.append(tid)
+            if not judged:
+                continue
             hinted = bool(hint_every) and i % hint_every == 0
             save_judgment(
                 store,
@@ -68,7 +73,6 @@ def fill_judged(
                     seconds=0.0,
                 ),
             )  # fmt: skip
-            ids.append(tid)
         return ids
     finally:
         store.close()

@@ -8,6 +8,8 @@ kept in docs/learning.md).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -38,7 +40,9 @@ hint = "Answer in plain prose without bullet points or numbered lists."
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, demo_gguf):
-    """Two real tiny runs: combined with the oracle (trains twice), and off with the self-judge."""
+    """Two real tiny runs: combined with the oracle (trains twice), and off with the self-judge.
+
+    The combined run's progress lines (stderr) are kept in ``combined.log``."""
     root = tmp_path_factory.mktemp("eval")
     persona = root / "tiny.toml"
     persona.write_text(PERSONA, encoding="utf-8")
@@ -47,7 +51,10 @@ def runs(tmp_path_factory, demo_gguf):
     mp.setenv("CLAWDESK_HOME", str(root / "user-home"))
     try:
         combined = ["eval", *common, "--judge", "oracle", "--train-every", "2", "--batch-size", "2", "--epochs", "2"]
-        assert main([*combined, "--out", str(root / "combined")]) == 0
+        progress = io.StringIO()
+        with contextlib.redirect_stderr(progress):
+            assert main([*combined, "--out", str(root / "combined")]) == 0
+        (root / "combined.log").write_text(progress.getvalue(), encoding="utf-8")
         off = ["eval", *common, "--method", "off", "--train-every", "4", "--out", str(root / "off")]
         assert main(off) == 0
     finally:
@@ -84,6 +91,35 @@ def test_a_tiny_combined_run_writes_every_key_and_a_curve(runs):
     assert (runs / "combined" / "home" / "clawdesk.db").is_file() and not (runs / "user-home").exists()
     versions = sorted(p.name for p in (runs / "combined" / "home" / "adapters").iterdir() if p.is_dir())
     assert len(versions) >= 2
+
+
+def test_the_progress_is_rendered_from_the_learning_loops_events(runs):
+    """The eval drives the app's learning loop: its train lines come from the loop's events."""
+    lines = (runs / "combined.log").read_text().splitlines()
+    r = load(runs, "combined")
+    for v in r["kept_versions"]:  # TrainingFinished, then VersionServed (the loop's own message)
+        assert f"[train] trained v{v}" in lines
+        assert f"[train] Learned adapter v{v} from 2 turn(s); now serving it." in lines
+        assert f"[score] scoring adapter v{v}" in lines
+    assert "[train] loading the base model for training (once per run)" in lines  # the in-process trainer's
+
+
+def test_a_rejected_version_is_reported_from_the_loop_and_the_last_point_repeats(tmp_path, demo_gguf, capsys):
+    persona = tmp_path / "tiny.toml"
+    persona.write_text(PERSONA, encoding="utf-8")
+    home = tmp_path / "user-home"
+    # A learning rate no step survives: the guard rejects it at every scale, and validation rejects the version.
+    args = ["eval", "--data-dir", str(home), "--persona", str(persona), "--model", str(demo_gguf), "--judge",
+            "oracle", "--interactions", "2", "--train-every", "2", "--batch-size", "2", "--lr", "0.5",
+            "--max-reply-tokens", "24", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(args) == 0
+    r = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert (r["kept_versions"], r["rejected_versions"]) == ([], [1])
+    assert r["scores"] == [[0, r["base_score"]], [2, r["base_score"]]] and r["ppl_curve"] == [[0, 1.0], [2, 1.0]]
+    lines = capsys.readouterr().err.splitlines()
+    rejected = [line for line in lines if line.startswith("[train] v1 rejected, not served: ")]  # VersionRejected
+    assert len(rejected) == 1 and "general ability fell" in rejected[0]
+    assert not any("now serving" in line or line.startswith("[score] scoring adapter") for line in lines)
 
 
 def test_a_self_judged_run_reports_agreement_and_trains_nothing_when_off(runs):

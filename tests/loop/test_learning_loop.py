@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 import pytest
 
@@ -27,36 +26,12 @@ from clawdesk.loop import (
 from clawdesk.runtime import build_learning_loop
 from clawdesk.store.judgments import backlog, list_judged
 from tests.support.demo_lora import add_version
+from tests.support.loop import Events
 
 
 @pytest.fixture
 def config(config):
     return dataclasses.replace(config, judge=JudgeConfig(votes=2, max_tokens=48), train=TrainConfig(batch_size=1024))
-
-
-class Events:
-    """A subscriber that records events with the thread they arrived on."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[object, str]] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, event) -> None:
-        with self._cond:
-            self.seen.append((event, threading.current_thread().name))
-            self._cond.notify_all()
-
-    def of(self, kind) -> list:
-        with self._cond:
-            return [e for e, _ in self.seen if isinstance(e, kind)]
-
-    def wait(self, condition, what: str, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not condition():
-                left = deadline - time.monotonic()
-                assert left > 0, f"timed out waiting for {what}; events: {[e for e, _ in self.seen]}"
-                self._cond.wait(min(left, 0.2))
 
 
 def _history(engine, config, store, n: int) -> None:
