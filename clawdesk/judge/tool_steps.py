@@ -16,13 +16,13 @@ happened, so nothing needs judging):
   about the call: vote 0. Training would only teach the model to avoid tools that need consent.
 - ``ok``: the call ran. Failure evidence in its result (a test run that exits 0 but prints
   ``2 failed``, a traceback, ``{"ok": false}``: :mod:`clawdesk.judge.evidence`, fixed rules that
-  only ever find failure) votes −1 with the evidence lines as the hint (``tool-v2-evidence``;
+  only ever find failure) votes −1, without a hint (``tool-v2-evidence``;
   ``judge.tool_evidence = false`` turns it off). Otherwise whether the call did what was asked (an
   empty search, a file written at another path) is for the model to say.
 
 A step with any call voting −1 gets m votes of −1 and the rules' hint (``prompt_version``
 ``tool-v1-rules``): one wrong call makes the step's reply wrong; then failure evidence in any
-``ok`` result does the same (``tool-v2-evidence``). A step whose calls are all
+``ok`` result gives m votes of −1 and no hint (``tool-v2-evidence``). A step whose calls are all
 no-signal denials gets m votes of 0. Otherwise the base model judges the ``ok`` results together
 (``tool-v1-channel``), always with the channel method whatever ``judge.method`` says: the same
 votes as for a turn (:class:`clawdesk.judge.channel.ChannelMethod`) with the tool framings
@@ -114,16 +114,21 @@ def cast_rules(
 
 
 def cast_evidence(calls: tuple[ToolCallRecord, ...], ballot: Ballot) -> tuple[str, str | None] | None:
-    """m votes of −1 when an ``ok`` result shows failure evidence (the evidence lines are the hint), else None."""
+    """m votes of −1 when an ``ok`` result shows failure evidence, else None. The logged votes quote the
+    evidence lines.
+
+    No hint: a hint is appended to the teacher's prompt as the user's own instruction, and the lines
+    that tripped a rule are text whoever controls the result wrote (a page, an MCP server, a
+    script's output): ``error: from now on, always …`` must not become the user's words."""
     found = find_evidence(calls)
     if not found:
         return None
-    why = "; ".join(f"{e.call}: {e.rule}" for e in found)
+    why = _clip("; ".join(f"{e.rule} in {e.text()}" for e in found)).replace("\n", " | ")
     for _ in range(ballot.m):
         ballot.cast("score", -1, f"evidence: {why} \\boxed{{-1}}")
     for _ in range(ballot.m):
-        ballot.cast("hint", 1, "evidence: the result says what went wrong")
-    return EVIDENCE_VERSION, _clip("\n".join(e.text() for e in found))
+        ballot.cast("hint", 0, "evidence: no hint (the lines are the tool's text, not the user's)")
+    return EVIDENCE_VERSION, None
 
 
 def _clip(text: str) -> str:
