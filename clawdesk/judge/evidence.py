@@ -28,8 +28,9 @@ decided by :func:`clawdesk.judge.tool_steps.call_signal` before this module is a
 forged failure line can do is lower the reward of a call that worked; the judge of a result
 without evidence is still the model. Known misses (measured in ``docs/learning.md``): empty results
 (``no matches``, ``(0 rows)``: whether the user expected any is for the model), truncation, a call
-on the wrong file or with the wrong query; and a reader command that also *ran* something
-(``cat <(pytest)``) counts as a runner.
+on the wrong file or with the wrong query. Known false alarms: a program whose normal output logs
+an exception line or an error count (``retried 3 errors``), an MCP tool whose content starts with
+the word "Error" (a page titled "Error handling in Python").
 """
 
 from __future__ import annotations
@@ -143,8 +144,9 @@ def command_programs(command: str) -> tuple[frozenset[str], bool]:
         words = [w for w in words if not _ASSIGNMENT.match(w)]
         while words and words[0] in PREFIX_WORDS:
             words = words[1:]
-        if words and not words[0].startswith(("(", "{", "-")):
-            programs.add(words[0].rsplit("/", 1)[-1])
+        name = words[0].strip("(){}") if words else ""  # a subshell's "(cd x" / "make)"
+        if name and not name.startswith("-"):
+            programs.add(name.rsplit("/", 1)[-1])
     runs = bool(_SUBSTITUTION.search(command)) or not programs or bool(programs - READERS)
     return frozenset(programs), runs
 

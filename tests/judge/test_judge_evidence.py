@@ -100,6 +100,7 @@ def test_which_programs_a_command_runs():
     assert command_programs("cat <(pytest -q)")[1] is True  # a substitution runs something we cannot name
     assert command_programs(".venv/bin/pip install 'a b'")[0] == frozenset({"pip"})
     assert command_programs("echo 'unbalanced")[0] == frozenset({"echo"})
+    assert command_programs("(cd web && make)") == (frozenset({"cd", "make"}), True)
 
 
 def test_structured_errors():
