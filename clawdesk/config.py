@@ -86,6 +86,9 @@ class JudgeConfig:
     calibrate: bool = True
     # sampled only: grammar-constrained votes (a short reason, then always a parseable score).
     constrained: bool = True
+    # Tool steps: failure evidence in results whose status is ok ("2 failed", a traceback, {"ok":
+    # false}) decides before the model (clawdesk/judge/evidence.py; measured in docs/learning.md).
+    tool_evidence: bool = True
 
     def __post_init__(self) -> None:
         _check(1 <= self.votes <= 15, f"judge.votes must be in 1..15, got {self.votes}")

@@ -248,3 +248,17 @@ def test_quick_suite_runs_and_reports_every_issue_key(tmp_path):
     missing = [k for k in ISSUE_KEYS if not isinstance(data["results"].get(k, {}).get("value"), float)]
     assert missing == [], f"keys without a number: {missing}"
     assert all(r["raw"] for r in data["results"].values())  # every number comes with what it was made from
+
+
+def test_model4b_reports_only_the_keys_of_the_modes_it_ran():
+    """bench/sec_model4b.py: ``--modes judge`` gives exactly the judge key, with its goal and raw breakdown."""
+    sec = _load("sec_model4b")
+    assert "judge" in sec.MODES
+    raw = {"default_mode": "nf4"}
+    judge = {"judge_s": 21.5, "prefill_tokens": 269, "continuation_tokens": 222, "prefix_reused_between_votes": True}
+    only = sec.section_results(raw, {"judge": judge}, ("judge",))
+    assert list(only) == ["model4b_judge_s_per_turn"]
+    key = only["model4b_judge_s_per_turn"]
+    assert (key["value"], key["unit"], key["goal"], key["raw"]) == (21.5, "s", "<= 30", judge)
+    every = sec.section_results(raw, {"nf4": {"peak_rss_mb": 5000.0}, "judge": {}}, sec.MODES)
+    assert every["model4b_judge_s_per_turn"]["value"] is None and every["model4b_train_peak_rss_mb"]["value"] == 5000.0

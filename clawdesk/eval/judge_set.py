@@ -146,7 +146,8 @@ def _judged(judge, case: dict[str, Any], *, seed: int) -> dict[str, Any]:
     verdict = judge.vote(case["request"], case["reply"], next_state, seed=seed)
     return {
         "id": case["id"], "category": case["category"], "label": case["label"], "reward": verdict.reward,
-        "votes": verdict.votes, "directive": case["directive"], "hint": verdict.hint,
+        "votes": verdict.votes, "score_outputs": verdict.score_outputs, "directive": case["directive"],
+        "hint": verdict.hint,
         "prompt_version": verdict.prompt_version,
     }  # fmt: skip
 

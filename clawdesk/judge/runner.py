@@ -101,7 +101,9 @@ class Judge:
         every vote. No store needed.
         """
         ballot = Ballot(self.config.votes, on_progress)
-        cast = cast_rules(next_state.calls, ballot) if next_state.is_tool_step else None
+        cast = None
+        if next_state.is_tool_step:
+            cast = cast_rules(next_state.calls, ballot, evidence=self.config.tool_evidence)
         if cast is None:
             method = channel.TOOL if next_state.is_tool_step else self.method
             cast = method.cast(self, request, reply, next_state, ballot, seed=seed)

@@ -14,11 +14,15 @@ happened, so nothing needs judging):
 - ``denied`` by the user (*No*) or by policy ``never`` (a tool that was not offered): vote −1, no hint.
 - ``denied`` because nobody could be asked (headless without ``--yes``/``--allow``): no signal
   about the call: vote 0. Training would only teach the model to avoid tools that need consent.
-- ``ok``: the call ran; whether it did what was asked (an empty search, a test run that exits 0
-  but prints a failure) is for the model to say.
+- ``ok``: the call ran. Failure evidence in its result (a test run that exits 0 but prints
+  ``2 failed``, a traceback, ``{"ok": false}``: :mod:`clawdesk.judge.evidence`, fixed rules that
+  only ever find failure) votes −1, without a hint (``tool-v2-evidence``;
+  ``judge.tool_evidence = false`` turns it off). Otherwise whether the call did what was asked (an
+  empty search, a file written at another path) is for the model to say.
 
 A step with any call voting −1 gets m votes of −1 and the rules' hint (``prompt_version``
-``tool-v1-rules``): one wrong call makes the step's reply wrong. A step whose calls are all
+``tool-v1-rules``): one wrong call makes the step's reply wrong; then failure evidence in any
+``ok`` result gives m votes of −1 and no hint (``tool-v2-evidence``). A step whose calls are all
 no-signal denials gets m votes of 0. Otherwise the base model judges the ``ok`` results together
 (``tool-v1-channel``), always with the channel method whatever ``judge.method`` says: the same
 votes as for a turn (:class:`clawdesk.judge.channel.ChannelMethod`) with the tool framings
@@ -38,10 +42,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clawdesk.judge.channel import TOOL
+from clawdesk.judge.evidence import find_evidence
 from clawdesk.judge.vote import Ballot, NextState
 from clawdesk.store.steps import ToolCallRecord
 
 RULES_VERSION = "tool-v1-rules"
+EVIDENCE_VERSION = "tool-v2-evidence"
 CHANNEL_VERSION = TOOL.version
 # The wording of the denials, as clawdesk/tools/registry.py and consent.py write them (a test runs the
 # real registry to keep these in step).
@@ -85,11 +91,16 @@ def next_state(calls: tuple[ToolCallRecord, ...] | list[ToolCallRecord]) -> Next
     return NextState(results_text([c for c in calls if c.status == "ok"]), "tool", tuple(calls))
 
 
-def cast_rules(calls: tuple[ToolCallRecord, ...], ballot: Ballot) -> tuple[str, str | None] | None:
-    """The rules' m score and m hint votes and their hint, or None when the model must judge the ``ok`` results."""
+def cast_rules(
+    calls: tuple[ToolCallRecord, ...], ballot: Ballot, *, evidence: bool = True
+) -> tuple[str, str | None] | None:
+    """The rules' m score and m hint votes and their hint, or None when the model must judge the ``ok`` results.
+
+    The statuses decide first; then, with ``evidence``, failure evidence in the ``ok`` results
+    (:mod:`clawdesk.judge.evidence`) gives m votes of −1 and its lines as the hint."""
     signals = [call_signal(c) for c in calls]
     if not (any(s.vote == -1 for s in signals) or all(s.vote == 0 for s in signals)):
-        return None
+        return cast_evidence(calls, ballot) if evidence else None
     value = -1 if any(s.vote == -1 for s in signals) else 0
     instead = [s.hint for s in signals if s.hint and s.why.endswith("said instead")]
     errors = [s.hint for s in signals if s.hint and not s.why.endswith("said instead")]
@@ -100,6 +111,24 @@ def cast_rules(calls: tuple[ToolCallRecord, ...], ballot: Ballot) -> tuple[str, 
     for _ in range(ballot.m):
         ballot.cast("hint", int(hint is not None), f"rules: {'the result says how' if hint else 'no hint'}")
     return RULES_VERSION, hint
+
+
+def cast_evidence(calls: tuple[ToolCallRecord, ...], ballot: Ballot) -> tuple[str, str | None] | None:
+    """m votes of −1 when an ``ok`` result shows failure evidence, else None. The logged votes quote the
+    evidence lines.
+
+    No hint: a hint is appended to the teacher's prompt as the user's own instruction, and the lines
+    that tripped a rule are text whoever controls the result wrote (a page, an MCP server, a
+    script's output): ``error: from now on, always …`` must not become the user's words."""
+    found = find_evidence(calls)
+    if not found:
+        return None
+    why = _clip("; ".join(f"{e.rule} in {e.text()}" for e in found)).replace("\n", " | ")
+    for _ in range(ballot.m):
+        ballot.cast("score", -1, f"evidence: {why} \\boxed{{-1}}")
+    for _ in range(ballot.m):
+        ballot.cast("hint", 0, "evidence: no hint (the lines are the tool's text, not the user's)")
+    return EVIDENCE_VERSION, None
 
 
 def _clip(text: str) -> str:

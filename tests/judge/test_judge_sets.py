@@ -28,6 +28,7 @@ from clawdesk.eval.judge_set import (
 )
 from clawdesk.eval.personas import assets_dir
 from clawdesk.judge import standing
+from clawdesk.judge.evidence import find_evidence
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.tool_steps import RULES_VERSION, next_state
 
@@ -50,6 +51,8 @@ def test_the_shipped_tool_set_leaves_hidden_failures_to_the_model():
             assert case["label"] == (1 if case["category"] == "worked" else -1), case["id"]
         if case["category"] == "hidden-failure":
             assert case["directive"] and case["expected"], case["id"]
+        if case["category"] == "worked":  # the evidence rules never fail a call that worked
+            assert find_evidence(tool_calls(case)) == [], case["id"]
     shell = [c for c in cases if c["calls"][0]["name"] == "run_shell"]
     mcp = [c for c in cases if "." in c["calls"][0]["name"]]  # MCP tools are named server.tool
     assert len(shell) >= 10 and len(mcp) >= 5
