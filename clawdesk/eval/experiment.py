@@ -144,11 +144,13 @@ class Experiment:
     _agreement: Agreement = field(default_factory=Agreement)
     _phase_agreement: dict[int, Agreement] = field(default_factory=dict)
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
+    _memory: Any = None  # [memory hook] the run's clawdesk.eval.memory.MemoryRun
 
     def run(self) -> dict[str, Any]:
         from clawdesk.agent import AgentService
+        from clawdesk.eval.memory import MemoryRun, oracle_classifier
         from clawdesk.reload import AdapterSwitch
-        from clawdesk.runtime import load_engine, load_judge, open_store
+        from clawdesk.runtime import hint_classifier, load_engine, load_judge, open_store
         from clawdesk.store.versions import list_versions
 
         opts, scenario = self.options, self.scenario
@@ -160,8 +162,12 @@ class Experiment:
         try:
             if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
                 judge = load_judge(cfg, store, engine)
-            service = AgentService(engine, cfg.chat)
+            # [memory hook] the app's memory in the chats and the held-out prompts; items from the judge's hints
+            classify = hint_classifier(cfg, judge) if judge is not None else oracle_classifier
+            memory = self._memory = MemoryRun.start(cfg.memory, engine, cfg.chat.system_prompt, classify)
+            service = AgentService(engine, cfg.chat, memory=cfg.memory)
             scorer = Scorer(engine, scenario.phases[0], cfg.chat.system_prompt, opts.max_reply_tokens)
+            scorer.memory = memory.served_system(store)  # [memory hook]
             switch = AdapterSwitch(engine, store)
             ppl_curve: list[list[float]] = [[0, 1.0]]
             phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
@@ -180,9 +186,16 @@ class Experiment:
                     i += 1
                     self._emit("interact", i, scenario.total, phase.prompt(k))
                     if i % opts.train_every and k + 1 < phase.interactions:
+                        if memory.on:  # [memory hook] judged at once, as the app does: an item acts from the next reply
+                            self._judge_pending(store, engine, judge)
+                            if memory.changed(store, i):
+                                scores.append([i, scorer.score()])
                         continue  # a round every train_every interactions, and at the end of every phase
                     self._judge_pending(store, engine, judge)
+                    remembered = memory.changed(store, i)  # [memory hook]
                     if opts.method == "off":
+                        if remembered:  # [memory hook]
+                            scores.append([i, scorer.score()])
                         continue
                     t0 = time.monotonic()
                     learner, made = self._train(cfg, engine, learner)
@@ -190,7 +203,8 @@ class Experiment:
                     served = engine.adapter_version
                     if made:
                         switch.sync()
-                    if engine.adapter_version == served:
+                    memory.changed(store, i)  # [memory hook] items the new version carries left the prompt
+                    if engine.adapter_version == served and not remembered:  # [memory hook] "and not remembered"
                         # No new version served (too few samples, or every one rejected): the same weights,
                         # and greedy replies on a fresh cache repeat exactly, so the point is the last one again.
                         scores.append([i, scores[-1][1]])
@@ -203,6 +217,9 @@ class Experiment:
                 phases.append(self._phase_result(j, phase, start, scores, with_hint[names]))
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
             versions = list_versions(store)
+            final = [point for ph in phases for point in ph["scores"]][-1][1]
+            satisfied = [t.satisfied for t in self._turns]
+            memory_result = memory.result(store, scorer, satisfied, final)  # [memory hook]
         finally:
             if judge is not None and judge.engine is not engine:
                 judge.engine.close()
@@ -245,7 +262,7 @@ class Experiment:
                 "model_path": str(engine.identity.path),
                 "scenario_file": str(scenario.path) if scenario.path is not None else None,
             },
-        }
+        } | memory_result  # [memory hook]
         self._emit("done", scenario.total, scenario.total, f"final score {values[-1]:.2f}")
         return result
 
@@ -320,10 +337,12 @@ class Experiment:
             judgments.append(j)
         if self.options.method == "shuffled":
             judgments = self._shuffle(store, engine, pending, judgments)
-        for j in judgments:
+        for p, j in zip(pending, judgments, strict=True):
             if self.options.method == "opd":
                 j = dataclasses.replace(j, reward=0)  # OPD alone: only hinted turns become samples
             save_judgment(store, j)
+            if self._memory is not None:  # [memory hook] the app notes a standing hint as a preference item
+                self._memory.note(store, j, p.turn.user_content, p.next_state)
 
     def _oracle(self, store, engine, pending, turn: _Turn | None, hint_from=None):
         from clawdesk.judge.parse import enhanced_user_message
