@@ -136,7 +136,7 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
     assert before.decision == "kept" and before.n_turns == 2 and before.n_tokens > 0
     assert before.gap == pytest.approx(before.base_gap, abs=1e-4) and before.base_gap > 0.05
     # Not trained on: never learned, however generous the threshold.
-    (untrained,) = consolidate.check_items(store, learner, sha, learn_gap=10.0)
+    (untrained,) = consolidate.check_items(store, learner, sha, learn_ratio=10.0, min_effect=0.0)
     assert untrained.n_trained == 0 and untrained.decision == "kept"
 
     # Distil the item into the adapter: the student (no items) learns the served replies' teacher log-probs.
@@ -153,7 +153,9 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
             learner.step(samples, ref, teacher, stop=lambda: False)
         (after,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
         assert after.gap < before.gap / 2, (before, after)  # the weights took over most of what the item did
-        (learned,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_gap=after.gap + 1e-6)
+        (learned,) = consolidate.check_items(
+            store, learner, sha, trained_now=turn_ids, learn_ratio=after.gap / after.base_gap + 1e-6
+        )
         assert learned.decision == "learned"
         assert consolidate.apply_checks(store, [learned])
         assert get_preference(store, item.id).status == "learned" and get_preference(store, item.id).learned_at
@@ -163,7 +165,8 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
         learner.config = cfg
     # Back at the base's weights the behaviour does not hold: the learned item returns to the prompt.
     (lost,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
-    assert lost.status == "learned" and lost.gap > consolidate.RETURN_GAP and lost.decision == "active"
+    assert lost.status == "learned" and lost.gap > consolidate.RETURN_RATIO * lost.base_gap
+    assert lost.decision == "active"
     consolidate.apply_checks(store, [lost])
     assert get_preference(store, item.id).status == "active"
     assert [p.id for p in active_preferences(store)] == [item.id]
@@ -171,19 +174,28 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
 
 def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(learner, engine, config, store):
     item = add_preference(store, ITEM).item
-    turn_id = _served(engine, config, store, memory=True)
+    turn_ids = [
+        _served(engine, config, store, memory=True, text=t) for t in ("Name three fruits.", "List two colours.")
+    ]
     sha = engine.identity.sha256
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=[turn_id])  # a fresh LoRA: the base
-    assert c.gap == pytest.approx(c.base_gap, abs=1e-4) and c.n_trained == 1 and c.n_tokens <= consolidate.CHECK_TOKENS
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)  # a fresh LoRA: the base
+    assert c.gap == pytest.approx(c.base_gap, abs=1e-4) and c.n_trained == 2
+    assert 0 < c.n_tokens <= 2 * consolidate.CHECK_TOKENS
+    assert c.base_gap > consolidate.MIN_EFFECT and c.decision == "kept"  # the item matters; nothing taken over yet
     # Agrees (the gap within the threshold): learned, and out of the prompt.
-    (agree,) = consolidate.check_items(store, learner, sha, trained_now=[turn_id], learn_gap=c.gap + 0.01)
+    (agree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
     assert agree.decision == "learned"
+    # An item with less measured effect than min_effect is never retired, however close the gap.
+    (blind,) = consolidate.check_items(
+        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, min_effect=c.base_gap + 0.01
+    )
+    assert blind.decision == "kept"
     assert consolidate.apply_checks(store, [agree]) and get_preference(store, item.id).status == "learned"
     assert memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128) == ("", [])
     # A learned item within the return threshold stays learned; beyond it, it is active again.
-    (held,) = consolidate.check_items(store, learner, sha, return_gap=c.gap + 0.01)
+    (held,) = consolidate.check_items(store, learner, sha, return_ratio=1.01)
     assert held.decision == "kept"
-    (lost,) = consolidate.check_items(store, learner, sha, return_gap=c.gap - 0.01)
+    (lost,) = consolidate.check_items(store, learner, sha, return_ratio=0.99)
     assert lost.decision == "active"
     remove_preference(store, item.id)  # meanwhile the person removed it: their choice stands
     assert consolidate.apply_checks(store, [lost]) == []
@@ -191,5 +203,5 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
     restore_preference(store, item.id)
     assert consolidate.apply_checks(store, [lost]) == []  # checked as learned, now active: nothing to do
     # Disagrees (the gap above the threshold): kept in the prompt.
-    (disagree,) = consolidate.check_items(store, learner, sha, trained_now=[turn_id], learn_gap=c.gap - 0.01)
+    (disagree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=0.99)
     assert disagree.decision == "kept" and get_preference(store, item.id).status == "active"
