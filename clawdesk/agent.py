@@ -22,9 +22,11 @@ from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
-from clawdesk.preferences import system_prompt_for_turn
+from clawdesk.preferences import memory_block, with_memory
 from clawdesk.store import Session, Store
+from clawdesk.store.prefs import active_preferences
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
+from clawdesk.store.turn_memory import record_turn_memory
 from clawdesk.tools.consent import Consent, Decision
 from clawdesk.tools.format import CallError, parse_tool_calls, tool_messages
 from clawdesk.tools.registry import Registry, check_arguments
@@ -165,6 +167,9 @@ class _Run:
         self.consent = Consent()
         self.on_delta = on_delta
         self.on_event = on_event
+        self.memory_block, self.memory_ids = "", []  # the preference items rendered into this turn's prompt
+        self.history: list = []
+        self.step_messages: list[list[dict]] = []  # each served step's messages after the user's
         chat = service.chat
         self.params = SamplingParams(
             temperature=chat.temperature if temperature is None else temperature,
@@ -178,7 +183,7 @@ class _Run:
 
     def serve(self) -> TurnResult:
         started = time.monotonic()
-        history = history_from_turns(self.store.list_turns(self.session.id))
+        history = self.history = history_from_turns(self.store.list_turns(self.session.id))
         system = self._system_prompt()
         messages: list[dict] = []  # this message's assistant tool calls and tool results, for the next step
         outcomes: list[StepOutcome] = []
@@ -204,6 +209,7 @@ class _Run:
                 # turn on the last step served, so what ran is recorded instead of lost.
                 stopped = "context"
                 break
+            self.step_messages.append(list(messages))
             self.emit(StepStarted(idx))
             with self.service.gate.computing():
                 on_delta = self._text(idx)
@@ -238,7 +244,29 @@ class _Run:
         memory = self.service.memory
         if memory is None or not memory.enabled:
             return self.session.system_prompt
-        return system_prompt_for_turn(self.store, self.session.system_prompt, self._count, memory.budget_tokens)
+        block, shown = memory_block(active_preferences(self.store), self._count, memory.budget_tokens)
+        self.memory_block, self.memory_ids = block, [p.id for p in shown]
+        return with_memory(self.session.system_prompt, block)
+
+    def _student_prompts(self, outcomes: list[StepOutcome]) -> list[list[int] | None]:
+        """Each served step's prompt without the memory block: what training's student sees (docs/learning.md).
+
+        Rendered after the reply, so it costs the chat no time to first token; the same history the
+        step was served with (after its dropped exchanges), the same tools and tool results.
+        """
+        out: list[list[int] | None] = []
+        for outcome, steps in zip(outcomes, self.step_messages, strict=False):
+            try:
+                prompt = self.engine.build_prompt(
+                    self.session.system_prompt, self.history[outcome.prompt.dropped_turns :], self.text,
+                    thinking=self.thinking, reply_room=self.service.chat.max_reply_tokens, tools=self.schemas,
+                    steps=steps,
+                )  # fmt: skip
+            except InputError:  # cannot happen with a shorter system prompt; then the served prompt is learned
+                out.append(None)
+                continue
+            out.append(list(prompt.token_ids) if prompt.dropped_turns == 0 else None)
+        return out
 
     def _count(self, text: str) -> int:
         return len(self.engine.tokenize(text))
@@ -332,6 +360,8 @@ class _Run:
                 for o in outcomes
             ]
             turn_id, step_ids = add_agent_turn(self.store, self.session.id, turn, steps)
+        if self.memory_block:
+            record_turn_memory(self.store, turn_id, self.memory_block, self.memory_ids, self._student_prompts(outcomes))
         return TurnResult(
             turn_id=turn_id,
             reply=reply,

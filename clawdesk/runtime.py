@@ -84,6 +84,7 @@ def build_learning_loop(
     gate: ChatGate,
     auto_train: bool = True,
     judge: BacklogJudge | None = None,
+    classify: HintClassifier | None = None,
     trainer: Trainer | None = None,
     synchronous: bool = False,
 ) -> LearningLoop:
@@ -92,12 +93,11 @@ def build_learning_loop(
     and ``close()`` when done; it closes the judge's own engine, never ``engine``.
 
     The eval injects its own parts: ``judge`` (anything with the judge's ``judge``/``judge_step``/
-    ``stop``/``engine``, e.g. its oracle; such a judge notes no preference items: the memory is the
-    app's judge's), ``trainer`` (a :class:`~clawdesk.loop.trainers.Trainer`; default the trainer
+    ``stop``/``engine``, e.g. its oracle) with ``classify``, how that judge's hints become preference
+    items (None: none do), ``trainer`` (a :class:`~clawdesk.loop.trainers.Trainer`; default the trainer
     process) and ``synchronous`` (see :class:`~clawdesk.loop.LearningLoop`)."""
     from clawdesk.loop import LearningLoop
 
-    classify = None
     if judge is None:
         judge = load_judge(config, store, engine, gate=gate)
         classify = hint_classifier(config, judge)

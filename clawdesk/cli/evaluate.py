@@ -27,7 +27,10 @@ interactions_to_target (first score >= 0.8, or null), ppl_ratio, judge_agreement
 wall_s, train_s, config; scenario, phases (personas, start, interactions, base_score,
 with_hint_score, scores, final_score, interactions_to_target from the phase start: first score
 >= 0.8 or >= base_score + 0.3), retention (personas of an earlier phase still active: own score at
-the end), max_ppl_ratio, kept_versions, rejected_versions. A --persona run is a one-phase scenario.
+the end), max_ppl_ratio, kept_versions, rejected_versions; memory (on/off), memory_items (id, text,
+status, created_at and learned_at in interactions), score_without_memory (held-out score at the end
+with the items out of the prompt), sessions_to_effect (first interaction after which three served
+replies in a row satisfied the persona). A --persona run is a one-phase scenario.
 --seeds N: one run per seed in DIR/seed-K/, and in DIR/result.json seeds, scores_mean, scores_min,
 scores_max. See docs/learning.md for measured tables.
 """
@@ -60,6 +63,11 @@ def add_commands(add: AddCommand) -> None:
     seeds.add_argument("--seed", type=seed, default=0)
     seeds.add_argument("--seeds", type=count, metavar="N", help="run seeds 0..N-1; result.json gets mean, min, max")
     p.add_argument("--max-reply-tokens", type=count, default=160, metavar="T", help="reply cap in the eval")
+    p.add_argument(
+        "--memory",
+        choices=["on", "off"],
+        help="the preference memory in the simulated chats (default: [memory] enabled in config.toml)",
+    )
     p.add_argument("--out", type=Path, metavar="DIR", help="where result.json, curve.png (and compare.*) go")
     p.add_argument("--compare", action="store_true", help="run off/shuffled/binary/opd/combined with one seed")
     p.add_argument("--probe", action="store_true", help="print the base and with-hint scores only (a minute)")
@@ -89,7 +97,10 @@ def _config_for(args: argparse.Namespace, config: Config) -> Config:
             raise ConfigError(f"--train-option {option}: {exc}") from exc
     if args.judge_method:
         judge = dataclasses.replace(judge, method=args.judge_method)  # argparse choices = JudgeConfig's
-    return dataclasses.replace(config, train=train, judge=judge)
+    memory = config.memory
+    if getattr(args, "memory", None) is not None:
+        memory = dataclasses.replace(memory, enabled=args.memory == "on")
+    return dataclasses.replace(config, train=train, judge=judge, memory=memory)
 
 
 def cmd_eval(args: argparse.Namespace, config: Config) -> int:
@@ -157,6 +168,11 @@ def _summary(r: dict) -> str:
         f"{r['final_score']:.2f} (with hint {r['with_hint_score']:.2f}); highest ppl ratio "
         f"{r['max_ppl_ratio']:.3f}; {r['wall_s']:.0f} s. Curve: {curve}"
     )
+    if r.get("memory"):
+        text += (
+            f"\n  memory: {len(r['memory_items'])} item(s), {sum(m['status'] == 'learned' for m in r['memory_items'])} "
+            f"learned; without it {r['score_without_memory']:.2f}; sessions to effect {r['sessions_to_effect']}"
+        )
     if len(r["phases"]) > 1:
         for k, ph in enumerate(r["phases"], 1):
             text += (

@@ -83,10 +83,17 @@ def _list(store, config: Config, *, show_removed: bool) -> int:
     if not items:
         print('No preferences yet. The chat notes them from your corrections, or: clawdesk prefs add "no lists"')
         return 0
-    print(f"{'ID':>4}  {'STATUS':<7}  {'PIN':<3}  {'FROM':<9}  {'CREATED':<16}  TEXT")
+    print(f"{'ID':>4}  {'STATUS':<7}  {'PIN':<3}  {'FROM':<9}  {'CREATED':<16}  {'LEARNED':<16}  TEXT")
     for p in items:
         source = f"turn {p.source_turn_id}" if p.source_turn_id is not None else "by hand"
         text = p.text if len(p.text) <= TEXT_CHARS else p.text[: TEXT_CHARS - 1] + "…"
         pin = "yes" if p.pinned else ""
-        print(f"{p.id:>4}  {p.status:<7}  {pin:<3}  {source:<9}  {p.created_at[:16].replace('T', ' '):<16}  {text}")
+        created, learned = (_minute(t) for t in (p.created_at, p.learned_at))
+        print(f"{p.id:>4}  {p.status:<7}  {pin:<3}  {source:<9}  {created:<16}  {learned:<16}  {text}")
+    if any(p.status == "learned" for p in items):
+        print("learned: the adapter carries it (measured after training), so it left the prompt; it comes back if not")
     return 0
+
+
+def _minute(stamp: str | None) -> str:
+    return stamp[:16].replace("T", " ") if stamp else ""

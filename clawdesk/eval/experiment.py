@@ -193,9 +193,11 @@ class Experiment:
     _agreement: Agreement = field(default_factory=Agreement)
     _phase_agreement: dict[int, Agreement] = field(default_factory=dict)
     _neutral: list | None = None  # the neutral set's (prompt, reply) ids, tokenized once
+    _memory: Any = None  # [memory hook] the run's clawdesk.eval.memory.MemoryRun
 
     def run(self) -> dict[str, Any]:
         from clawdesk.agent import AgentService
+        from clawdesk.eval.memory import MemoryRun
         from clawdesk.loop.trainers import InProcessTrainer
         from clawdesk.runtime import build_learning_loop, load_engine, open_store
         from clawdesk.store.versions import list_versions
@@ -207,16 +209,21 @@ class Experiment:
         engine = load_engine(cfg, store, self.model_spec)
         loop = None
         try:
-            service = AgentService(engine, cfg.chat)
+            service = AgentService(engine, cfg.chat, memory=cfg.memory)
             trainer = InProcessTrainer(seed=opts.seed)  # torch on every core: chat, judge and trainer take turns
+            judge, classify = self._judge(cfg, store, engine, service.gate)
+            # [memory hook] the app's memory in the chats and the held-out prompts; the loop's judge pass
+            # notes the standing hints as items (classify None: the memory is off)
+            memory = self._memory = MemoryRun.start(cfg.memory, engine, cfg.chat.system_prompt, classify)
             loop = build_learning_loop(
-                cfg, store, engine, gate=service.gate, judge=self._judge(cfg, store, engine, service.gate),
-                trainer=trainer, synchronous=True,
+                cfg, store, engine, gate=service.gate, judge=judge, classify=classify, trainer=trainer,
+                synchronous=True,
             )  # fmt: skip
             round_ = _Round(self.on_event)
             loop.subscribe(round_)
             loop.start()
             scorer = Scorer(engine, scenario.phases[0], cfg.chat.system_prompt, opts.max_reply_tokens)
+            scorer.memory = memory.served_system(store)  # [memory hook]
             ppl_curve: list[list[float]] = [[0, 1.0]]
             phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
             train_s, i, replies = 0.0, 0, []
@@ -235,30 +242,46 @@ class Experiment:
                     i += 1
                     self._emit("interact", i, scenario.total, phase.prompt(k))
                     if i % opts.train_every and k + 1 < phase.interactions:
+                        if memory.on:  # [memory hook] judged at once, as the app does: an item acts from the next reply
+                            round_.begin(loop.state.judge_ready, loop.state.serving)
+                            loop.judge_pending()
+                            if memory.changed(store, i):
+                                scores.append([i, scorer.score()])
                         continue  # a round every train_every interactions, and at the end of every phase
                     round_.begin(loop.state.judge_ready, loop.state.serving)
                     loop.judge_pending()
+                    remembered = memory.changed(store, i)  # [memory hook]
                     if opts.method == "off":
+                        if remembered:  # [memory hook]
+                            scores.append([i, scorer.score()])
                         continue
                     t0 = time.monotonic()
                     loop.train_ready()
                     train_s += time.monotonic() - t0
                     if round_.failed:
                         raise TrainError(round_.failed)
-                    if round_.served is None:
+                    remembered = memory.changed(store, i) or remembered  # [memory hook] items it carries left
+                    if round_.served is None and not remembered:
                         # No new version served (too few samples, or every one rejected): the same weights,
                         # and greedy replies on a fresh cache repeat exactly, so the point is the last one again.
                         scores.append([i, scores[-1][1]])
                         ppl_curve.append([i, ppl_curve[-1][1]])
                         continue
-                    self._emit("score", i, scenario.total, f"scoring adapter v{round_.served}")
+                    what = f"adapter v{round_.served}" if round_.served is not None else "the changed memory"
+                    self._emit("score", i, scenario.total, f"scoring {what}")
                     scores.append([i, scorer.score()])
                     replies = scorer.last_replies
-                    ppl_curve.append([i, self._ppl_ratio(trainer.learner, engine, cfg)["ppl_ratio"]])
+                    if round_.served is None:  # [memory hook] the same weights: the ratio is the last one
+                        ppl_curve.append([i, ppl_curve[-1][1]])
+                    else:
+                        ppl_curve.append([i, self._ppl_ratio(trainer.learner, engine, cfg)["ppl_ratio"]])
                 phases.append(self._phase_result(j, phase, start, scores, with_hint[names]))
             learner = trainer.learner
             ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
             versions = list_versions(store)
+            final = [point for ph in phases for point in ph["scores"]][-1][1]
+            satisfied = [t.satisfied for t in self._turns]
+            memory_result = memory.result(store, scorer, satisfied, final)  # [memory hook]
         finally:
             if loop is not None:
                 loop.close()  # it closes the judge's own engine (judge.model), never the served one
@@ -301,7 +324,7 @@ class Experiment:
                 "model_path": str(engine.identity.path),
                 "scenario_file": str(scenario.path) if scenario.path is not None else None,
             },
-        }
+        } | memory_result  # [memory hook]
         self._emit("done", scenario.total, scenario.total, f"final score {values[-1]:.2f}")
         return result
 
@@ -361,19 +384,24 @@ class Experiment:
     # -- the judge the loop calls ------------------------------------------------------------
 
     def _judge(self, cfg: Config, store, engine, gate):
-        """The run's judge: the app's self-judge (agreement counted) or the oracle, wrapped by the method's control."""
-        from clawdesk.runtime import load_judge
+        """The run's judge: the app's self-judge (agreement counted) or the oracle, wrapped by the method's
+        control; and the standing-hint classifier the loop notes preference items with (None: memory off)."""
+        from clawdesk.eval.memory import oracle_classifier
+        from clawdesk.runtime import hint_classifier, load_judge
 
         opts = self.options
         if opts.effective_judge == "self":  # the app's one judge constructor: judge.model is honoured
-            judge = ObservedJudge(load_judge(cfg, store, engine, gate=gate), self._count_agreement)
+            app_judge = load_judge(cfg, store, engine, gate=gate)
+            judge = ObservedJudge(app_judge, self._count_agreement)
+            classify = hint_classifier(cfg, app_judge)  # [memory hook] the app's classifier
         else:
             judge = OracleJudge(engine, self._truth)
             if opts.method == "shuffled":
                 judge = ShuffledJudge(judge, opts.seed, salt=lambda: len(self._turns))
+            classify = oracle_classifier if cfg.memory.enabled else None  # [memory hook]
         if opts.method == "opd":
             judge = ZeroRewardJudge(judge)  # OPD alone: only hinted turns become samples
-        return judge
+        return judge, classify
 
     def _truth(self, turn_id: int) -> tuple[bool, str | None]:
         """What the simulated user said of the reply of ``turn_id``: (satisfied, the oracle's hint)."""

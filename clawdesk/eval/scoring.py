@@ -3,13 +3,16 @@
 Replies are greedy (temperature 0) on a fresh cache each, so a score depends only on the weights
 served, never on what was cached before (see the README's known limits). ``hint=True`` appends the
 persona's hint to each prompt and serves the base weights: the teacher's ceiling, i.e. whether the
-hint moves this model at all. Nothing here is recorded in the turn log. What is scored is a
+hint moves this model at all. With the memory on (``--memory on``) a score serves the prompts with
+the preference items in the system prompt, as the chat would (``Scorer.memory``; the with-hint score
+never does). Nothing here is recorded in the turn log. What is scored is a
 :class:`Target`: one persona, or a scenario phase (its personas' held-out prompts, all their checks).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,10 +44,13 @@ class Scorer:
     system_prompt: str
     max_tokens: int
     last_replies: list[str] = field(default_factory=list)  # of the latest score() call, for inspection
+    # [memory hook] the system prompt with the preference memory, as a chat gets it now (clawdesk.eval.memory)
+    memory: Callable[[], str] | None = None
 
     def reply(self, prompt: str, *, hint: bool = False) -> str:
         user = enhanced_user_message(prompt, self.persona.hint) if hint else prompt
-        built = self.engine.build_prompt(self.system_prompt, [], user, thinking=False, reply_room=self.max_tokens)
+        system = self.memory() if self.memory is not None and not hint else self.system_prompt
+        built = self.engine.build_prompt(system, [], user, thinking=False, reply_room=self.max_tokens)
         self.engine.reset_cache()
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
         return self.engine.generate(built.token_ids, params, use_adapter=not hint).content

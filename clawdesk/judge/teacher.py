@@ -5,8 +5,9 @@ prompt with the original user message, which must give exactly the served token 
 the reply keeps its reward but gets no OPD prompt), then renders it with the enhanced message.
 How a prompt is re-rendered depends on what the log holds of it (:class:`ServedContext`):
 
-- a turn: its messages (the session's system prompt, the earlier turns after the dropped ones,
-  the user message) are rendered again with the served model's template
+- a turn: its messages (the session's system prompt with the preference memory block it was
+  served with, :mod:`clawdesk.store.turn_memory`; the earlier turns after the dropped ones; the user
+  message) are rendered again with the served model's template
   (:func:`turn_context`); a turn whose stored history no longer gives its served prompt (system
   prompt edited since, tools offered) gets none;
 - a tool step: its tools block and earlier calls and results are not stored as messages, so the
@@ -25,8 +26,10 @@ from dataclasses import dataclass
 
 from clawdesk.engine import Engine, history_from_turns
 from clawdesk.engine.prompt import Exchange, build_messages
+from clawdesk.preferences import with_memory
 from clawdesk.store import Store
 from clawdesk.store.log import Turn
+from clawdesk.store.turn_memory import turn_memory_block
 
 _SENTINEL = "\x00clawdesk-user-message\x00"
 
@@ -48,13 +51,14 @@ class ServedContext:
 
 
 def turn_context(store: Store, turn: Turn) -> ServedContext:
-    """A turn's served prompt and the messages that rendered it (its session's system prompt, the earlier turns)."""
+    """A turn's served prompt and the messages that rendered it (its system prompt and memory, the earlier turns)."""
     session = store.get_session(turn.session_id)
     earlier = [t for t in store.list_turns(turn.session_id) if t.seq < turn.seq][turn.dropped_turns :]
     served_ids, _ = store.turn_tokens(turn.id)
     return ServedContext(
         "prompt", served_ids, turn.user_content, turn.model_sha256, turn.thinking,
-        system_prompt=session.system_prompt, history=tuple(history_from_turns(earlier)),
+        system_prompt=with_memory(session.system_prompt, turn_memory_block(store, turn.id)),
+        history=tuple(history_from_turns(earlier)),
     )  # fmt: skip
 
 

@@ -16,7 +16,10 @@ that base (or a fresh LoRA), and then, for every full batch of ``train.batch_siz
    at the first pass;
 3. *writing* / *validating* — see :mod:`clawdesk.learn.versions` (and :mod:`clawdesk.learn.guard`
    for the general-ability check); a version that fails validation is kept as ``'rejected'`` and
-   training goes on from the weights before it. With ``train.keep_optimizer`` the AdamW moments are
+   training goes on from the weights before it. A version that passes is then asked which
+   preference items it carries (:mod:`clawdesk.learn.consolidate`): those leave the prompt as
+   *learned*, learned ones it lost come back; the numbers go into its ``validation["memory"]``.
+   With ``train.keep_optimizer`` the AdamW moments are
    written beside the PEFT files (:mod:`clawdesk.learn.optim_state`) and the next run starts from them.
 """
 
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
-from clawdesk.learn import optim_state, versions
+from clawdesk.learn import consolidate, optim_state, versions
 from clawdesk.learn.anchor import default_anchor_path, load_anchor_prompts
 from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
@@ -279,6 +282,9 @@ class _Run:
             guard=guard,
         )  # fmt: skip
         status = "ready" if validation["passed"] else "rejected"
+        checks = self.memory_check(learner, batch, step) if validation["passed"] else []
+        if checks:
+            validation["memory"] = [c.record() for c in checks]
         record = {
             "version": number,
             "status": status,
@@ -293,7 +299,14 @@ class _Run:
         base = {"name": self.base_name, "sha256": self.base_sha256, "gguf": str(self.base_gguf)}
         base |= {"train_source": info.source, "arch": info.arch, "quantized": info.quantized, "dtype": info.dtype}
         samples = [
-            {"turn_id": s.turn_id, "step_id": s.step_id, "reward": s.reward, "hint": s.hint, "has_teacher": s.has_hint}
+            {
+                "turn_id": s.turn_id,
+                "step_id": s.step_id,
+                "reward": s.reward,
+                "hint": s.hint,
+                "has_teacher": s.has_hint,
+                "memory": s.memory,
+            }
             for s in batch
         ]
         metadata = {k: v for k, v in record.items() if k not in ("base_name", "base_sha256")}
@@ -303,12 +316,19 @@ class _Run:
         version = versions.record_version(self.store, path=path, samples=batch, **record)
         if not version.ready:
             learner.restore(snapshot)
+        for line in consolidate.apply_checks(self.store, checks):
+            self.progress("validating", step, f"v{number}: {line}")
         held = {k: v for k, v in validation["heldout"].items() if isinstance(v, float)}
         if "ppl_ratio" in guard:
             held["guard_ppl_ratio"] = guard["ppl_ratio"]
         message = f"v{number} {status}" + (f": {version.note}" if version.note else "")
         self.progress("validating", step, message, {"version": float(number), "ready": float(version.ready)} | held)
         return version
+
+    def memory_check(self, learner: Learner, batch: list[Sample], step: int) -> list[consolidate.ItemCheck]:
+        """Which kept preference items the new weights carry (measured, nothing changed yet)."""
+        self.progress("validating", step, "checking which preference items the adapter carries")
+        return consolidate.check_items(self.store, learner, self.base_sha256, trained_now={s.turn_id for s in batch})
 
     def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
         """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from clawdesk.errors import NotFoundError, StoreError
 from clawdesk.store.log import Store, now_iso, title_from
+from clawdesk.store.turn_memory import drop_item_blocks
 from clawdesk.store.versions import active_adapter
 
 # Tables keyed by a step (clawdesk.store.steps; every turn has at least one), whose steps belong to a
@@ -38,6 +39,8 @@ TURN_TABLES: tuple[tuple[str, str], ...] = (
     # Preference items stated in a forgotten message, or made from the judgment of a forgotten reply.
     ("preferences", "source_turn_id"),
     ("preferences", "judged_turn_id"),
+    # The memory block its prompt was served with (m009): it quotes the items.
+    ("turn_memory", "turn_id"),
 )
 
 _STEPS_OF = "SELECT id FROM steps WHERE turn_id IN ({})"  # the steps of the turns given as ids
@@ -183,6 +186,7 @@ def _forget(
             # The notes' FTS index follows by trigger; VACUUM below takes both out of the file.
             n_notes = store.db.execute("DELETE FROM notes").rowcount if notes else 0
             if notes:  # the preference memory belongs to the person, like the notes: --all takes it too
+                store.db.execute("DELETE FROM turn_memory")
                 store.db.execute("DELETE FROM preferences")
     except StoreError as err:
         if _is_busy(err.__cause__):
@@ -213,6 +217,13 @@ def _delete(
     retitle: tuple[int, str] | None,
 ) -> None:
     db = store.db
+    # Items about to go (stated in, or made from the judgment of, a forgotten turn): the memory blocks
+    # of other turns quote them, so those go too (clawdesk.store.turn_memory).
+    gone = [
+        *_ids_query(store, "SELECT id FROM preferences WHERE source_turn_id IN ({})", turn_ids),
+        *_ids_query(store, "SELECT id FROM preferences WHERE judged_turn_id IN ({})", turn_ids + scrub_ids),
+    ]
+    drop_item_blocks(store, gone)
     for table in STEP_TABLES:
         _ids_exec(store, f"DELETE FROM {table} WHERE step_id IN ({_STEPS_OF})", turn_ids)
     for table, column in TURN_TABLES:
@@ -225,7 +236,7 @@ def _delete(
     _ids_exec(store, f"DELETE FROM judgments WHERE step_id IN ({_STEPS_OF})", scrub_ids)
     # So do preference items made from those judgments (the judge read the forgotten turn to make them).
     _ids_exec(store, "DELETE FROM preferences WHERE judged_turn_id IN ({})", scrub_ids)
-    _ids_exec(store, "UPDATE steps SET prompt_ids = X'' WHERE turn_id IN ({})", scrub_ids)
+    _ids_exec(store, "UPDATE steps SET prompt_ids = X'', student_prompt_ids = NULL WHERE turn_id IN ({})", scrub_ids)
     for turn_id in scrub_ids:
         db.execute(
             "INSERT INTO feedback(turn_id, vetoed, updated_at) VALUES (?, 1, ?) "

@@ -386,3 +386,23 @@ def m008_preferences(db):
     )
     db.execute("CREATE INDEX preferences_source ON preferences(source_turn_id)")
     db.execute("CREATE INDEX preferences_judged ON preferences(judged_turn_id)")
+
+
+@MIGRATIONS()
+def m009_turn_memory(db):
+    # Consolidation (clawdesk.store.turn_memory): which preference items were in a turn's prompt, as
+    # rendered (the block's exact text, so the judge can rebuild the served prompt for its teacher),
+    # and each step's prompt without them (the student's prompt in training: the weights learn to do
+    # without the memory what the memory made the served reply do). A turn served with no item has
+    # no row and NULL student ids: its served prompt is its student prompt. Item ids carry no foreign
+    # key: an item deleted later leaves the turn's record of what its prompt held.
+    db.execute(
+        """
+        CREATE TABLE turn_memory (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id) ON DELETE CASCADE,
+            block TEXT NOT NULL,
+            item_ids TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("ALTER TABLE steps ADD COLUMN student_prompt_ids BLOB")

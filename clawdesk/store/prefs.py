@@ -4,7 +4,8 @@ A preference is how the person wants replies *in general*, in their own words ("
 sentences"): made from a hint the judge accepted (:mod:`clawdesk.preferences` decides which hints
 are standing preferences) or added by hand (``clawdesk prefs add``). Active items go into the system
 prompt of every new turn; *learned* ones left the prompt because the adapter carries them (marked
-by consolidation, which comes later); *removed* ones stay listed but are never rendered.
+by the learned check after training, :mod:`clawdesk.learn.consolidate`; back to active when a later
+version no longer does); *removed* ones stay listed but are never rendered.
 
 Rules kept here, once:
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from clawdesk.errors import InputError, NotFoundError
 from clawdesk.store.log import Store, now_iso
 from clawdesk.store.rules import learnable_turn
+from clawdesk.store.turn_memory import drop_item_blocks
 
 PREF_MAX_CHARS = 500  # a preference is a sentence or two about style, not a document
 STATUSES = ("active", "learned", "removed")
@@ -216,6 +218,7 @@ def delete_preference(store: Store, pref_id: int) -> Preference:
     with store.transaction():
         store.db.execute("UPDATE preferences SET replaced_by = NULL WHERE replaced_by = ?", [pref_id])
         store.db.execute("DELETE FROM preferences WHERE id = ?", [pref_id])
+        drop_item_blocks(store, [pref_id])  # the memory blocks of turns served with it quote it
     return item
 
 
@@ -230,6 +233,7 @@ def clear_preferences(store: Store) -> int:
     """Delete every item (active, learned and removed) for good; returns how many."""
     store.db.execute("PRAGMA secure_delete = ON")
     with store.transaction():
+        store.db.execute("DELETE FROM turn_memory")  # every block quotes items
         return store.db.execute("DELETE FROM preferences").rowcount
 
 

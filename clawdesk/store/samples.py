@@ -21,7 +21,12 @@ Every sample is a *step* (migration m007: a plain turn is a one-step turn) with 
 - it has at least one prompt and one reply token.
 
 The ids are the ones stored when the step was served (``steps``), so the learner scores exactly
-what the model produced. All selection happens in one SQL query, so :func:`count_ready` (the UI's
+what the model produced. A step served with preference items in its prompt (the memory, m009) is
+learned in its prompt *without* them (``steps.student_prompt_ids``: the student's prompt), and its
+teacher reads the served prompt *with* them: plus the hint when the judge gave one
+(``enhanced_prompt_ids``), else the served prompt itself, so its OPD term pulls the student toward
+what the items made the reply do (context distillation; docs/learning.md, "Memory").
+All selection happens in one SQL query, so :func:`count_ready` (the UI's
 "progress toward the next step") and :func:`ready_samples` can never disagree. Samples come oldest
 turn first, a turn's tool steps in order before its own sample.
 """
@@ -43,6 +48,10 @@ _REWARDS = {
     "outcome": _OUTCOME,
 }
 _HAS_TEACHER = "(j.hint IS NOT NULL AND j.enhanced_prompt_ids IS NOT NULL AND length(j.enhanced_prompt_ids) > 0)"
+# Served with preference items: the student learns without them (m009), the served prompt is a teacher.
+_HAS_MEMORY = "(st.student_prompt_ids IS NOT NULL AND length(st.student_prompt_ids) > 0)"
+_STUDENT = f"(CASE WHEN {_HAS_MEMORY} THEN st.student_prompt_ids ELSE st.prompt_ids END)"
+_TEACHER = f"(CASE WHEN {_HAS_TEACHER} THEN j.enhanced_prompt_ids WHEN {_HAS_MEMORY} THEN st.prompt_ids END)"
 # Counted after every reply and judgment, so it starts from the partial index ``judgments_untrained``
 # (judgments that may still give a sample, ``sample_done = 0``; not every judgment ever made; m006,
 # keyed by step since m007), and CROSS JOINs keep that order. Every rule is still checked here: the
@@ -79,9 +88,9 @@ def _ready(step_reward: str) -> str:
     reward = _REWARDS[step_reward]
     return f"""
         SELECT t.id AS turn_id, CASE WHEN j.next_state = 'tools' THEN st.id END AS step_id, st.idx AS ord,
-               st.prompt_ids, st.reply_ids, {reward} AS reward, j.hint, j.enhanced_prompt_ids,
-               {_HAS_TEACHER} AS has_teacher
-        {_READY} AND ({reward} != 0 OR {_HAS_TEACHER})
+               {_STUDENT} AS prompt_ids, st.reply_ids, {reward} AS reward, j.hint, {_TEACHER} AS teacher_ids,
+               ({_HAS_TEACHER} OR {_HAS_MEMORY}) AS has_teacher, {_HAS_MEMORY} AS memory
+        {_READY} AND ({reward} != 0 OR {_HAS_TEACHER} OR {_HAS_MEMORY})
     """
 
 
@@ -94,8 +103,11 @@ class Sample:
     reply_ids: list[int]
     reward: float
     hint: str | None
-    teacher_prompt_ids: list[int] | None  # s_t with the hint appended; None = no OPD signal
+    # The OPD teacher's prompt: s_t with the preference items it was served with and the hint appended
+    # (either may be absent); None = no OPD signal.
+    teacher_prompt_ids: list[int] | None
     step_id: int | None = None  # a tool step of turn ``turn_id`` (``steps.id``); None = the turn's own reply
+    memory: bool = False  # served with preference items: ``prompt_ids`` is the prompt without them
 
     @property
     def has_hint(self) -> bool:
@@ -118,7 +130,7 @@ def ready_samples(
         params["limit"] = int(limit)
     out = []
     for row in store.db.execute(sql, params).fetchall():
-        turn_id, step_id, _, prompt_blob, reply_blob, reward, hint, enhanced_blob, has_teacher = row
+        turn_id, step_id, _, prompt_blob, reply_blob, reward, hint, teacher_blob, has_teacher, memory = row
         out.append(
             Sample(
                 turn_id=turn_id,
@@ -126,8 +138,9 @@ def ready_samples(
                 reply_ids=unpack_ids(reply_blob),
                 reward=float(reward),
                 hint=hint,
-                teacher_prompt_ids=unpack_ids(enhanced_blob) if has_teacher else None,
+                teacher_prompt_ids=unpack_ids(teacher_blob) if has_teacher else None,
                 step_id=step_id,
+                memory=bool(memory),
             )
         )
     return out

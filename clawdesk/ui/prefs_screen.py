@@ -80,6 +80,8 @@ class PreferencesScreen(Screen[None]):
         for p in items:
             source = f"turn {p.source_turn_id}" if p.source_turn_id is not None else "by hand"
             status = p.status if p.replaced_by is None else f"replaced by #{p.replaced_by}"
+            if p.status == "learned" and p.learned_at:  # when the adapter took it over (clawdesk.learn.consolidate)
+                status = f"learned {p.learned_at[:16].replace('T', ' ')}"
             date = p.created_at[:16].replace("T", " ")
             table.add_row(str(p.id), status, "📌" if p.pinned else "", source, date, _snip(p.text))
         if items:

@@ -47,6 +47,7 @@ def runs(tmp_path_factory, demo_gguf):
     persona = root / "tiny.toml"
     persona.write_text(PERSONA, encoding="utf-8")
     common = ["--persona", str(persona), "--model", str(demo_gguf), "--interactions", "4", "--max-reply-tokens", "24"]
+    common += ["--memory", "off"]  # these runs measure training alone (tests/eval/test_eval_memory.py: memory on)
     mp = pytest.MonkeyPatch()
     mp.setenv("CLAWDESK_HOME", str(root / "user-home"))
     try:

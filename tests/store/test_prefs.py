@@ -421,3 +421,20 @@ def test_the_app_notes_preferences_only_with_the_memory_on(home, engine):
     hint = "Always keep your answers under two sentences."
     kind = classify(hint, "What is a star?", hint)
     assert kind == classify_hint_votes(engine, hint, "What is a star?", hint).kind
+
+
+def test_cli_prefs_list_shows_when_an_item_was_learned(home, capsys):
+    from clawdesk.cli import main
+    from clawdesk.config import load_config
+    from clawdesk.runtime import open_store
+
+    assert main(["prefs", "add", "Use metric units."]) == 0
+    store = open_store(load_config(home))
+    try:
+        item = mark_learned(store, 1)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["prefs", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "LEARNED" in out and item.learned_at[:16].replace("T", " ") in out and "left the prompt" in out

@@ -102,3 +102,16 @@ async def test_a_pinned_item_shows_its_pin(config, store):
         await pilot.press("f8")
         await wait_until(pilot, lambda: isinstance(app.screen, PreferencesScreen), "the preferences screen")
         assert str(app.screen.query_one("DataTable").get_row_at(0)[2]) == "📌"
+
+
+async def test_a_learned_item_shows_when_it_was_learned(config, store):
+    from clawdesk.store.prefs import mark_learned
+
+    item = mark_learned(store, add_preference(store, "Use metric units.").item.id)
+    app = RecordingApp(config, ScriptedEngine(["Sure."]), store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, PreferencesScreen), "the preferences screen")
+        status = str(app.screen.query_one("DataTable").get_row_at(0)[1])
+        assert status == f"learned {item.learned_at[:16].replace('T', ' ')}"
+        assert "1 learned" in str(app.screen.query_one("#prefs-detail").render())

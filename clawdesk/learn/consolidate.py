@@ -1,0 +1,133 @@
+"""The learned check: whether the adapter carries a preference item, so the item can leave the prompt.
+
+Training distils the memory into the weights (the student learns each turn in its prompt without the
+items, the teacher reads it with them: :mod:`clawdesk.store.samples`). After a version is made and
+passes validation, the trainer asks, for every active or learned item, on up to :data:`CHECK_TURNS`
+recent turns whose prompt held it (fewest items first, :func:`~clawdesk.store.turn_memory.item_turns`),
+the first :data:`CHECK_TOKENS` tokens of each served reply (served *with* the item):
+
+- ``teacher``: their log-probs under the base with the items in the prompt (the OPD teacher);
+- ``adapter``: under the new adapter with the items removed (the student, as it would now serve);
+- ``base``: under the base with the items removed (what the item was worth before any training).
+
+``gap`` = mean over those tokens of ``teacher − adapter`` (nats per token): how much likelier the
+served, item-following reply is with the item in context than from the weights alone. An active
+item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mark_learned`) when
+
+- it had a measurable effect: ``base_gap`` ≥ ``min_effect`` (an item whose served replies are as
+  likely without it shows nothing the check could see taken over: a length preference acts mostly
+  where a reply ends, past the tokens checked, so it stays in the prompt rather than be retired blind);
+- the adapter took most of it over: ``gap`` ≤ ``learn_ratio`` × ``base_gap``. Relative, because
+  items differ by a factor of 20 in how much they move a reply (measured: a list ban 0.03 nats per
+  token, an opening phrase 0.7; docs/learning.md, "Memory"): most tokens of a reply are content
+  the item does not touch;
+- a ready version has trained on at least one of its turns.
+
+A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
+is active again.
+
+Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
+at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
+few hundred milliseconds per item (measured: docs/learning.md, "Memory"). The numbers of every check
+go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so ``clawdesk
+adapters`` readers can see why an item was retired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from clawdesk.store.log import Store
+from clawdesk.store.prefs import get_preference, list_preferences, mark_learned
+from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
+
+if TYPE_CHECKING:
+    from clawdesk.learn.learner import Learner
+
+CHECK_TURNS = 3  # prompts per item
+CHECK_TOKENS = 32  # reply tokens per prompt
+# Chosen from the table in docs/learning.md, "Memory" (nats per reply token, teacher − student).
+LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
+RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
+MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
+
+
+@dataclass(frozen=True)
+class ItemCheck:
+    """One item's check after one version; ``decision``: 'learned', 'active' (returned), 'kept' or 'skipped'."""
+
+    item_id: int
+    status: str  # before the check
+    n_turns: int
+    n_tokens: int
+    n_trained: int  # the item's turns a ready version trained on (this one included)
+    gap: float | None  # mean teacher − adapter log-prob per token; None: no turn to measure on
+    base_gap: float | None  # mean teacher − base log-prob per token (the item's effect before training)
+    decision: str
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+def check_items(
+    store: Store,
+    learner: Learner,
+    base_sha256: str,
+    *,
+    trained_now: Iterable[int] = (),
+    learn_ratio: float = LEARN_RATIO,
+    return_ratio: float = RETURN_RATIO,
+    min_effect: float = MIN_EFFECT,
+    turns: int = CHECK_TURNS,
+    tokens: int = CHECK_TOKENS,
+) -> list[ItemCheck]:
+    """Measure every active and learned item under the learner's current weights (nothing is changed).
+
+    ``trained_now``: the turns of the batch the current weights were just trained on (their version
+    may not be recorded yet), counted as trained on.
+    """
+    now = set(trained_now)
+    held_now: dict[int, int] = {}
+    for turn_id in now:
+        for item_id in turn_memory_items(store, turn_id):
+            held_now[item_id] = held_now.get(item_id, 0) + 1
+    out = []
+    for item in list_preferences(store, statuses=("active", "learned")):
+        found = item_turns(store, item.id, base_sha256, limit=turns)
+        found = [t for t in found if len(t.served_ids) + min(tokens, len(t.reply_ids)) <= learner.config.token_budget]
+        trained = item_trained_turns(store, item.id, base_sha256) + held_now.get(item.id, 0)
+        if not found:
+            out.append(ItemCheck(item.id, item.status, 0, 0, trained, None, None, "skipped"))
+            continue
+        replies = [t.reply_ids[:tokens] for t in found]
+        teacher = learner.logprobs_each([(t.served_ids, r) for t, r in zip(found, replies, strict=True)], adapter=False)
+        student = [(t.student_ids, r) for t, r in zip(found, replies, strict=True)]
+        adapter = learner.logprobs_each(student, adapter=True)
+        base = learner.logprobs_each(student, adapter=False)
+        n = sum(len(r) for r in replies)
+        gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
+        base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
+        if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
+            decision = "learned"
+        elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
+            decision = "active"
+        else:
+            decision = "kept"
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision))
+    return out
+
+
+def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
+    """Mark the items the checks decided on; returns one line per change, for the progress report."""
+    lines = []
+    for c in checks:
+        if c.decision not in ("learned", "active"):
+            continue
+        if get_preference(store, c.item_id).status != c.status:
+            continue  # the person changed it meanwhile (removed, restored): their choice stands
+        mark_learned(store, c.item_id, c.decision == "learned")
+        word = "learned: it leaves the prompt" if c.decision == "learned" else "no longer held: back in the prompt"
+        lines.append(f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f})")
+    return lines

@@ -1,0 +1,135 @@
+"""The preference memory in the eval: sessions_to_effect, score_without_memory, and a tiny real run with it on.
+
+The run is the real pipeline (llama.cpp on the demo model, SQLite, the oracle, the torch learner,
+hot-swap) made tiny, with a persona no reply can satisfy, so the oracle hints after the first
+interaction and the item it becomes is certain: what is checked is where the item goes (the next
+chats' prompts, the scores, result.json), never how well the model follows it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+
+import pytest
+
+from clawdesk.cli import main
+from clawdesk.config import MemoryConfig
+from clawdesk.eval.memory import MemoryRun, oracle_classifier, sessions_to_effect
+from clawdesk.eval.scoring import Scorer
+from clawdesk.preferences import MEMORY_HEADER
+from clawdesk.store.prefs import add_preference
+
+MEMORY_KEYS = {"memory", "memory_items", "score_without_memory", "sessions_to_effect"}
+
+NEVER = """
+name = "never-pleased"
+description = "Test persona: wants a word no reply ever has, so every reply gets the hint."
+prompts = ["Name three fruits.", "How do I make tea?", "List two colours.", "Name a planet."]
+heldout = ["Name two planets."]
+[[check]]
+kind = "regex_present"
+pattern = 'xyzzy-never'
+[feedback]
+satisfied = ["Thanks."]
+unsatisfied = ["Not what I wanted."]
+hint = "Answer in plain prose without bullet points or numbered lists."
+"""
+
+
+@pytest.mark.parametrize(
+    ("satisfied", "expected"),
+    [
+        ([], None),
+        ([True, True], None),  # too short for three in a row
+        ([True, True, True], 0),  # from the start
+        ([False, True, True, True], 1),
+        ([False, True, True, False, True, True, True, False], 4),  # a broken streak does not count
+        ([False, False, True, True, True, True, True], 2),  # the first run of three, not the longest
+        ([False] * 6, None),
+    ],
+)
+def test_sessions_to_effect_is_the_interaction_after_which_three_replies_in_a_row_satisfied(satisfied, expected):
+    assert sessions_to_effect(satisfied) == expected
+
+
+def test_sessions_to_effect_counts_other_run_lengths():
+    assert sessions_to_effect([False, True, False, True], run=1) == 1
+    assert sessions_to_effect([False, True, True, True, True], run=4) == 1
+
+
+@dataclass(frozen=True)
+class _Target:
+    heldout: tuple[str, ...] = ("Name two planets.",)
+    hint: str = "Answer in prose."
+
+    def satisfies(self, reply: str) -> bool:
+        return bool(reply.strip())
+
+
+class _Seen:
+    """The real engine, with the system prompts it was asked to build remembered."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.systems: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def build_prompt(self, system, *args, **kwargs):
+        self.systems.append(system)
+        return self.engine.build_prompt(system, *args, **kwargs)
+
+
+def test_the_scorer_serves_the_memory_and_score_without_memory_removes_it(engine, store):
+    item = add_preference(store, "Answer in plain prose, never in lists.").item
+    seen = _Seen(engine)
+    run = MemoryRun.start(MemoryConfig(budget_tokens=128), engine, "You are ClawDesk.", oracle_classifier)
+    run.changed(store, 3)
+    scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_system(store))
+    scorer.score()
+    (served,) = seen.systems
+    assert served.startswith("You are ClawDesk.") and MEMORY_HEADER in served and item.text in served
+    out = run.result(store, scorer, [False, True, True, True], final_score=1.0)
+    assert seen.systems[1:] == ["You are ClawDesk."]  # score_without_memory: the chat's prompt, no item
+    assert out["memory"] is True and out["score_without_memory"] == 1.0 and out["sessions_to_effect"] == 1
+    assert out["memory_items"] == [
+        {"id": item.id, "text": item.text, "status": "active", "created_at": 3, "learned_at": None}
+    ]
+    assert scorer.memory is not None  # put back for any later score
+
+
+def test_with_the_memory_off_nothing_is_noted_or_served(engine, store):
+    run = MemoryRun.start(MemoryConfig(enabled=False), engine, "You are ClawDesk.", oracle_classifier)
+    assert not run.on and run.served_system(store) is None and not run.changed(store, 1)
+    out = run.result(store, None, [True] * 3, final_score=0.5)
+    assert out == {"memory": False, "sessions_to_effect": 0, "memory_items": [], "score_without_memory": 0.5}
+
+
+def test_a_tiny_run_with_the_memory_on_notes_the_hint_serves_it_and_reports_it(tmp_path, demo_gguf, monkeypatch):
+    persona = tmp_path / "never.toml"
+    persona.write_text(NEVER, encoding="utf-8")
+    monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "user-home"))
+    out = tmp_path / "on"
+    args = ["eval", "--persona", str(persona), "--model", str(demo_gguf), "--interactions", "4"]
+    args += ["--max-reply-tokens", "16", "--judge", "oracle", "--train-every", "2", "--batch-size", "2"]
+    assert main([*args, "--memory", "on", "--out", str(out)]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert set(r) >= MEMORY_KEYS and r["memory"] is True
+    (item,) = r["memory_items"]  # the oracle's one hint, noted after the first interaction
+    assert item["text"].startswith("Answer in plain prose") and item["created_at"] == 1
+    assert item["status"] in ("active", "learned") and (item["learned_at"] is None) == (item["status"] == "active")
+    # Scored again right after the memory changed (interaction 1), besides after each of the 2 training rounds.
+    assert [n for n, _ in r["scores"]] == [0, 1, 2, 4]
+    assert r["sessions_to_effect"] is None and r["score_without_memory"] == 0.0  # nothing satisfies this persona
+    conn = sqlite3.connect(out / "home" / "clawdesk.db")
+    try:
+        # Interactions 2-4 were served with the item (each turn and its recorded next message).
+        held = conn.execute("SELECT count(*) FROM turn_memory WHERE block LIKE '%plain prose%'").fetchone()[0]
+        assert held == 6
+        students = conn.execute("SELECT count(*) FROM steps WHERE student_prompt_ids IS NOT NULL").fetchone()[0]
+        assert students == 6
+    finally:
+        conn.close()

@@ -1,0 +1,207 @@
+"""Consolidation of the preference memory into the weights, on the real demo model.
+
+Real components: llama.cpp on the bundled SmolLM2 GGUF (serving, the tokenizer, the chat template),
+SQLite, and torch + peft on the same model's weights for the learner. The student's prompt is the
+served one without the items, the teacher's has them; the learned check retires an item the adapter
+carries and brings it back when it does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+import torch
+
+from clawdesk.agent import AgentService
+from clawdesk.config import MemoryConfig, TrainConfig
+from clawdesk.judge.parse import enhanced_user_message
+from clawdesk.judge.teacher import teacher_prompt, turn_context
+from clawdesk.learn import consolidate
+from clawdesk.learn.objective import combined_loss
+from clawdesk.preferences import memory_block
+from clawdesk.store.judgments import Judgment, pending_turns, save_judgment
+from clawdesk.store.prefs import (
+    active_preferences,
+    add_preference,
+    get_preference,
+    remove_preference,
+    restore_preference,
+)
+from clawdesk.store.samples import ready_samples
+from clawdesk.store.steps import list_steps
+from clawdesk.store.turn_memory import item_turns, turn_memory_block, turn_memory_items
+
+ITEM = "Answer in plain sentences, never in lists."
+
+
+def _served(engine, config, store, *, memory: bool, text: str = "Name three fruits."):
+    """One served turn (memory on or off) and the user's next message, so it can be judged."""
+    service = AgentService(engine, config.chat, memory=MemoryConfig(enabled=memory, budget_tokens=128))
+    session = service.new_session(store)
+    result = service.run_turn(store, session.id, text)
+    stopped = threading.Event()
+    stopped.set()  # the next message is recorded without a reply (as the eval does): it is only the next state
+    service.run_turn(store, session.id, "Thanks.", cancel=stopped)
+    return result.turn_id
+
+
+def _judge(store, engine, turn_id: int, *, reward: int, hint: str | None = None) -> Judgment:
+    (pending,) = [p for p in pending_turns(store) if p.turn.id == turn_id]
+    enhanced = enhanced_user_message(pending.turn.user_content, hint) if hint else None
+    ids, note = teacher_prompt(engine, turn_context(store, pending.turn), enhanced) if enhanced else (None, "")
+    j = Judgment(
+        turn_id=turn_id, next_turn_id=pending.next_turn_id, prompt_version="test", judge_model_name="test",
+        judge_model_sha256=engine.identity.sha256, score_outputs=[], votes=[reward], reward=reward, hint_outputs=[],
+        hint=hint, enhanced_user=enhanced, enhanced_prompt_ids=ids, seconds=0.0, note=note,
+    )  # fmt: skip
+    save_judgment(store, j)
+    return j
+
+
+def test_the_student_prompt_has_no_items_and_the_teacher_prompt_has_them(engine, config, store):
+    item = add_preference(store, ITEM).item
+    turn_id = _served(engine, config, store, memory=True)
+    (step,) = list_steps(store, turn_id)
+    block, _ = memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128)
+    assert turn_memory_block(store, turn_id) == block and turn_memory_items(store, turn_id) == [item.id]
+    served = engine.detokenize(step.prompt_ids)
+    assert ITEM in served and block in served
+    # The student prompt, token for token, is the chat's prompt rendered without the memory.
+    system = store.get_session(store.get_turn(turn_id).session_id).system_prompt
+    assert system and system in served
+    plain = engine.build_prompt(system, [], "Name three fruits.", thinking=False, reply_room=32).token_ids
+    (mt,) = item_turns(store, item.id, engine.identity.sha256)
+    assert mt.student_ids == list(plain) and ITEM not in engine.detokenize(mt.student_ids)
+    assert mt.served_ids == step.prompt_ids != mt.student_ids
+
+    # No hint, reward +1: a sample learned without the items, taught by the served prompt with them.
+    _judge(store, engine, turn_id, reward=1)
+    (sample,) = ready_samples(store, engine.identity.sha256)
+    assert sample.memory and sample.prompt_ids == list(plain) and sample.teacher_prompt_ids == step.prompt_ids
+    assert sample.has_hint  # an OPD signal without any hint
+
+
+def test_a_hinted_turn_served_with_items_gets_a_teacher_with_items_and_hint(engine, config, store):
+    add_preference(store, ITEM)
+    turn_id = _served(engine, config, store, memory=True)
+    # Before m009's block was read back, the served prompt (with the block) could not be rebuilt: no teacher.
+    hint = "Keep it under twenty words."
+    j = _judge(store, engine, turn_id, reward=-1, hint=hint)
+    assert j.enhanced_prompt_ids is not None, j.note
+    teacher = engine.detokenize(j.enhanced_prompt_ids)
+    assert ITEM in teacher and hint in teacher
+    (sample,) = ready_samples(store, engine.identity.sha256)
+    assert sample.teacher_prompt_ids == j.enhanced_prompt_ids and ITEM not in engine.detokenize(sample.prompt_ids)
+
+
+def test_without_items_or_hint_there_is_no_teacher_and_the_opd_term_is_zero(engine, config, store):
+    turn_id = _served(engine, config, store, memory=True)  # memory on, but no item kept
+    (step,) = list_steps(store, turn_id)
+    assert turn_memory_block(store, turn_id) == ""
+    _judge(store, engine, turn_id, reward=1)
+    (sample,) = ready_samples(store, engine.identity.sha256)
+    assert not sample.memory and sample.teacher_prompt_ids is None and sample.prompt_ids == step.prompt_ids
+    # The identity: without a teacher the objective's OPD advantage is exactly 0 whatever the log-probs.
+    T = len(sample.reply_ids)
+    logp = torch.randn(1, T)
+    _, m = combined_loss(
+        logp, logp, torch.randn(1, T), logp, torch.tensor([0.0]), torch.tensor([sample.has_hint]),
+        torch.ones(1, T, dtype=torch.bool),
+    )  # fmt: skip
+    assert m["opd_adv_mean"] == 0.0 and m["adv_mean"] == 0.0 and m["n_hinted"] == 0.0
+
+
+# -- the learned check ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def learner(demo_gguf):
+    from clawdesk.learn.trainer import load_learner
+
+    torch.manual_seed(0)
+    return load_learner(demo_gguf, TrainConfig(device="cpu", load_in_4bit=False, lr=2e-3), None)
+
+
+@pytest.mark.slow
+def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_back(learner, engine, config, store):
+    item = add_preference(store, ITEM).item
+    turn_ids = [
+        _served(engine, config, store, memory=True, text=t) for t in ("Name three fruits.", "List two colours.")
+    ]
+    sha = engine.identity.sha256
+    # Before any training the adapter (fresh LoRA: B = 0) is the base: the gap is the item's whole effect.
+    (before,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    assert before.decision == "kept" and before.n_turns == 2 and before.n_tokens > 0
+    assert before.gap == pytest.approx(before.base_gap, abs=1e-4) and before.base_gap > 0.05
+    # Not trained on: never learned, however generous the threshold.
+    (untrained,) = consolidate.check_items(store, learner, sha, learn_ratio=10.0, min_effect=0.0)
+    assert untrained.n_trained == 0 and untrained.decision == "kept"
+
+    # Distil the item into the adapter: the student (no items) learns the served replies' teacher log-probs.
+    for t in turn_ids:
+        _judge(store, engine, t, reward=1)
+    samples = ready_samples(store, sha)
+    assert all(s.memory for s in samples)
+    snapshot = learner.snapshot()
+    cfg = learner.config
+    learner.config = dataclasses.replace(cfg, epochs=1, w_binary=0.0)
+    try:
+        for _ in range(12):
+            ref, teacher = learner.score(samples)
+            learner.step(samples, ref, teacher, stop=lambda: False)
+        (after,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+        assert after.gap < before.gap / 2, (before, after)  # the weights took over most of what the item did
+        (learned,) = consolidate.check_items(
+            store, learner, sha, trained_now=turn_ids, learn_ratio=after.gap / after.base_gap + 1e-6
+        )
+        assert learned.decision == "learned"
+        assert consolidate.apply_checks(store, [learned])
+        assert get_preference(store, item.id).status == "learned" and get_preference(store, item.id).learned_at
+        assert memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128) == ("", [])
+    finally:
+        learner.restore(snapshot)
+        learner.config = cfg
+    # Back at the base's weights the behaviour does not hold: the learned item returns to the prompt.
+    (lost,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    assert lost.status == "learned" and lost.gap > consolidate.RETURN_RATIO * lost.base_gap
+    assert lost.decision == "active"
+    consolidate.apply_checks(store, [lost])
+    assert get_preference(store, item.id).status == "active"
+    assert [p.id for p in active_preferences(store)] == [item.id]
+
+
+def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(learner, engine, config, store):
+    item = add_preference(store, ITEM).item
+    turn_ids = [
+        _served(engine, config, store, memory=True, text=t) for t in ("Name three fruits.", "List two colours.")
+    ]
+    sha = engine.identity.sha256
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)  # a fresh LoRA: the base
+    assert c.gap == pytest.approx(c.base_gap, abs=1e-4) and c.n_trained == 2
+    assert 0 < c.n_tokens <= 2 * consolidate.CHECK_TOKENS
+    assert c.base_gap > consolidate.MIN_EFFECT and c.decision == "kept"  # the item matters; nothing taken over yet
+    # Agrees (the gap within the threshold): learned, and out of the prompt.
+    (agree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
+    assert agree.decision == "learned"
+    # An item with less measured effect than min_effect is never retired, however close the gap.
+    (blind,) = consolidate.check_items(
+        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, min_effect=c.base_gap + 0.01
+    )
+    assert blind.decision == "kept"
+    assert consolidate.apply_checks(store, [agree]) and get_preference(store, item.id).status == "learned"
+    assert memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128) == ("", [])
+    # A learned item within the return threshold stays learned; beyond it, it is active again.
+    (held,) = consolidate.check_items(store, learner, sha, return_ratio=1.01)
+    assert held.decision == "kept"
+    (lost,) = consolidate.check_items(store, learner, sha, return_ratio=0.99)
+    assert lost.decision == "active"
+    remove_preference(store, item.id)  # meanwhile the person removed it: their choice stands
+    assert consolidate.apply_checks(store, [lost]) == []
+    assert get_preference(store, item.id).status == "removed"
+    restore_preference(store, item.id)
+    assert consolidate.apply_checks(store, [lost]) == []  # checked as learned, now active: nothing to do
+    # Disagrees (the gap above the threshold): kept in the prompt.
+    (disagree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=0.99)
+    assert disagree.decision == "kept" and get_preference(store, item.id).status == "active"
