@@ -234,9 +234,12 @@ def test_ask_dash_with_closed_stdin_in_a_real_process(home):
 def _interrupt_when(argv: list[str], ready: str) -> None:
     """Run ``clawdesk ARGV``, send SIGINT to its process group (a terminal's Ctrl-C) once a stderr line
     starts with ``ready``, and check it exits 130 with exactly one `clawdesk: interrupted` line."""
+    # A terminal's child gets Ctrl-C whatever the test runner's own disposition is: a runner started in
+    # the background by a non-interactive shell ignores SIGINT, and its children would inherit that.
     proc = subprocess.Popen(
         [sys.executable, "-m", "clawdesk", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         seen = []
