@@ -74,38 +74,6 @@ class OracleJudge:
         raise JudgeError("the eval's oracle judges turns only; the eval's chat has no tools")
 
 
-class ShuffledJudge:
-    """The oracle with its signals permuted across each round's turns.
-
-    A round is the turns pending when the loop asks for the first of them (the loop judges oldest
-    first, so that is one :meth:`LearningLoop.judge_pending`); ``salt()`` varies the order per round.
-    """
-
-    def __init__(self, oracle: OracleJudge, seed: int, salt: Callable[[], int]) -> None:
-        self.oracle = oracle
-        self.seed = seed
-        self.salt = salt
-        self._round: dict[int, Signal] = {}
-
-    @property
-    def engine(self) -> Engine:
-        return self.oracle.engine
-
-    @property
-    def stop(self) -> threading.Event:
-        return self.oracle.stop
-
-    def judge(self, store: Store, pending: PendingTurn, *, on_progress=None) -> Judgment:
-        if pending.turn.id not in self._round:  # a new round: every pending turn's signal, shuffled at once
-            turns = [p.turn.id for p in pending_turns(store)]
-            signals = shuffle_signals([self.oracle.signal(t) for t in turns], self.seed, self.salt())
-            self._round = dict(zip(turns, signals, strict=True))
-        return self.oracle.judgment(store, pending, self._round.pop(pending.turn.id))
-
-    def judge_step(self, store: Store, pending: PendingStep, *, on_progress=None) -> StepJudgment:
-        return self.oracle.judge_step(store, pending)
-
-
 class _Wrapper:
     """A judge around ``inner``: its engine, stop flag and tool steps are the inner judge's."""
 
@@ -122,6 +90,28 @@ class _Wrapper:
 
     def judge_step(self, store: Store, pending: PendingStep, *, on_progress=None) -> StepJudgment:
         return self.inner.judge_step(store, pending, on_progress=on_progress)
+
+
+class ShuffledJudge(_Wrapper):
+    """The oracle with its signals permuted across each round's turns.
+
+    A round is the turns pending when the loop asks for the first of them (the loop judges oldest
+    first, so that is one :meth:`LearningLoop.judge_pending`); ``salt()`` varies the order per round.
+    """
+
+    def __init__(self, oracle: OracleJudge, seed: int, salt: Callable[[], int]) -> None:
+        super().__init__(oracle)  # its engine, stop flag and tool steps are the oracle's
+        self.oracle = oracle
+        self.seed = seed
+        self.salt = salt
+        self._round: dict[int, Signal] = {}
+
+    def judge(self, store: Store, pending: PendingTurn, *, on_progress=None) -> Judgment:
+        if pending.turn.id not in self._round:  # a new round: every pending turn's signal, shuffled at once
+            turns = [p.turn.id for p in pending_turns(store)]
+            signals = shuffle_signals([self.oracle.signal(t) for t in turns], self.seed, self.salt())
+            self._round = dict(zip(turns, signals, strict=True))
+        return self.oracle.judgment(store, pending, self._round.pop(pending.turn.id))
 
 
 class ZeroRewardJudge(_Wrapper):
