@@ -53,6 +53,7 @@ class GGUFHeader:
     fields: dict[str, Any]  # scalars and strings as Python values; arrays as lists, or None when skipped
     tensors: list[TensorInfo]
     file_size: int
+    array_lengths: dict[str, int]  # item count of every array field, read or skipped (a vocabulary's size)
 
     @property
     def data_end(self) -> int:
@@ -131,9 +132,13 @@ def read_header(path: Path, *, arrays: bool = False) -> GGUFHeader:
                 if n_tensors > size or n_kv > size:
                     raise HeaderError(f"it claims {n_tensors} tensors and {n_kv} keys")
                 fields: dict[str, Any] = {}
+                lengths: dict[str, int] = {}
                 for _ in range(n_kv):
                     key = r.string()
-                    fields[key] = r.value(r.unpack("<I"), arrays)
+                    kind = r.unpack("<I")
+                    if kind == _ARRAY:  # its item type (4 bytes), then its count
+                        lengths[key] = struct.unpack_from("<Q", buf, r.pos + 4)[0]
+                    fields[key] = r.value(kind, arrays)
                 infos = []
                 for _ in range(n_tensors):
                     name = r.string()
@@ -161,4 +166,4 @@ def read_header(path: Path, *, arrays: bool = False) -> GGUFHeader:
         n_bytes = n_elements // block * type_size
         start = data_start + offset
         tensors.append(TensorInfo(name, dims, kind, start, n_elements, n_bytes, max(0, min(n_bytes, size - start))))
-    return GGUFHeader(version, fields, tensors, size)
+    return GGUFHeader(version, fields, tensors, size, lengths)

@@ -34,6 +34,8 @@ from typing import Any, NamedTuple
 
 from clawdesk.config import BASE_DTYPES
 from clawdesk.errors import TrainError
+from clawdesk.gguf.header import GGUFHeader, HeaderError, read_header
+from clawdesk.learn.gguf_config import config_of, name_maps_built_once
 from clawdesk.learn.offline import import_offline
 
 # Architectures whose transformers tensor processor is per-tensor (no cross-tensor merging), so each
@@ -62,13 +64,14 @@ class TensorEntry(NamedTuple):
 
 def read_tensor_table(path: Path) -> list[TensorEntry]:
     """The tensor table of a GGUF, read straight from the header (no tensor data read)."""
-    from clawdesk.gguf.header import HeaderError, read_header
+    return [TensorEntry(t.name, t.shape, t.ggml_type, t.start) for t in _header(path).tensors]
 
+
+def _header(path: Path) -> GGUFHeader:
     try:
-        header = read_header(path)
+        return read_header(path)
     except HeaderError as exc:
         raise TrainError(f"{path} is not a readable GGUF ({exc}); point the trainer at the served model.") from exc
-    return [TensorEntry(t.name, t.shape, t.ggml_type, t.start) for t in header.tensors]
 
 
 def gguf_param_count(path: Path) -> int:
@@ -122,11 +125,18 @@ def load_streamed(
     path = Path(path)
     if not streamable(arch):
         raise TrainError(f"{path} is a {arch!r} model; streamed loading supports {', '.join(STREAMED_ARCHS)} only.")
-    try:
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    except (OSError, ValueError, KeyError) as exc:
-        raise TrainError(f"transformers could not read the config of {path} ({exc}); is it a complete GGUF?") from exc
-    table = read_tensor_table(path)
+    header = _header(path)
+    table = [TensorEntry(t.name, t.shape, t.ggml_type, t.start) for t in header.tensors]
+    # From the header in milliseconds where that is exactly transformers' config (learn/gguf_config.py),
+    # else transformers' own reader (seconds: it parses the whole vocabulary).
+    config = config_of(path, header)
+    if config is None:
+        try:
+            config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        except (OSError, ValueError, KeyError) as exc:
+            raise TrainError(
+                f"transformers could not read the config of {path} ({exc}); is it a complete GGUF?"
+            ) from exc
 
     # Buffers (rotary inv_freq) are computed in __init__ and must stay real: init_empty_weights only
     # puts the parameters on the meta device.
@@ -134,7 +144,8 @@ def load_streamed(
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=config.to_dict())
     identity = type(processor).process is TensorProcessor.process  # qwen2/qwen3: names only, values as stored
-    names = get_gguf_hf_weights_map(model, processor)
+    with name_maps_built_once():
+        names = get_gguf_hf_weights_map(model, processor)
     params = dict(model.named_parameters())  # tied weights appear once, under their first name
     pending = Counter(_layer_of(name) for name in params)
     parsed: dict[str, Any] = {"config": config.to_dict(), "tensors": {}}
