@@ -9,8 +9,9 @@ All on the bundled SmolLM2 GGUF, one process, baselines measured side by side wi
 - ``ask_decode_ratio``: the tok/s that a real ``clawdesk ask`` process records for a long reply with the
   app's own sampling settings (``chat.*`` defaults) ÷ bare llama-cpp-python with the same sampler
   (temperature, top-k, top-p, min-p, seed) on the recorded prompt ids, for as many tokens, at its best
-  thread count; five rounds interleaved (ask, bare 1, bare 2, ask, ...; one with ``--quick``), the
-  median of the rounds' ratios. It times the whole turn runner's per-token path, not just the engine.
+  thread count; five rounds interleaved (ask, bare 1, bare 2, ask, ...; with ``--quick`` one round
+  and the reply cut at 160 tokens: a smoke check, not the number), the median of the rounds' ratios.
+  It times the whole turn runner's per-token path, not just the engine.
 - ``tui_decode_ratio``: a reply sent and streamed through the real app (``App.run_test`` pilot, real
   rendering) ÷ the engine alone on the same prompt ids, interleaved.
 - ``ttft_busy_ratio`` / ``ttft_training_ratio``: chat time to first token while the judge / a trainer
@@ -50,7 +51,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     log(f"engine loaded: {engine.context_threads()} threads (of {all_threads()} cores)")
     try:
         results = decode_vs_bare(engine, model.path, tokens, rounds, log)
-        results.update(ask_vs_bare(model.path, log, rounds=1 if quick else 5))
+        results.update(ask_vs_bare(model.path, log, rounds=1 if quick else 5, max_reply_tokens=160 if quick else None))
         results.update(tui_vs_engine(engine, tokens, rounds, log))
         from chat_load import ttft_under_load  # bench/ is on sys.path (run.py puts it there)
 
@@ -200,12 +201,14 @@ def decode_vs_bare(engine, path: Path, tokens: int, rounds: int, log: Callable[[
 # -- `clawdesk ask` (the whole turn runner) vs bare llama-cpp-python ----------------------------------
 
 
-def _ask_once() -> tuple[float, list[int], list[int]]:
+def _ask_once(max_reply_tokens: int | None = None) -> tuple[float, list[int], list[int]]:
     """One real ``clawdesk ask`` process on a fresh data dir: (the tok/s it recorded, prompt ids, reply ids)."""
     from clawdesk.config import Config
     from clawdesk.runtime import open_store
 
     with tempfile.TemporaryDirectory(prefix="clawdesk-bench-ask-") as tmp:
+        if max_reply_tokens is not None:  # the data dir's own config.toml, as a user would set it
+            Path(tmp, "config.toml").write_text(f"[chat]\nmax_reply_tokens = {max_reply_tokens}\n", encoding="utf-8")
         env = {**os.environ, "CLAWDESK_HOME": tmp}
         proc = subprocess.run(
             [sys.executable, "-m", "clawdesk", "ask", LONG_PROMPT],
@@ -229,11 +232,14 @@ def _ask_once() -> tuple[float, list[int], list[int]]:
     return turn.tokens_per_s or 0.0, prompt_ids, reply_ids
 
 
-def ask_vs_bare(path: Path, log: Callable[[str], None], rounds: int = 5) -> dict[str, dict]:
+def ask_vs_bare(
+    path: Path, log: Callable[[str], None], rounds: int = 5, max_reply_tokens: int | None = None
+) -> dict[str, dict]:
     """``rounds`` interleaved rounds, each a ``clawdesk ask`` process and then bare llama-cpp-python at every
     thread count on the same prompt for as many tokens (the same sampler): a burst of load on this noisy
     machine hits one round, not one side. The value is the median over rounds of ask ÷ bare at the best
-    thread count (the thread count with the highest median)."""
+    thread count (the thread count with the highest median). ``max_reply_tokens`` sets the app's
+    ``chat.max_reply_tokens`` for the ask (None: the app's default)."""
     from clawdesk.config import ChatConfig, ModelConfig
     from clawdesk.engine import SamplingParams
     from clawdesk.engine.threads import all_threads
@@ -245,7 +251,7 @@ def ask_vs_bare(path: Path, log: Callable[[str], None], rounds: int = 5) -> dict
     lengths: list[int] = []
     prompt_len = 0
     for r in range(rounds):
-        ask_rate, prompt_ids, reply_ids = _ask_once()
+        ask_rate, prompt_ids, reply_ids = _ask_once(max_reply_tokens)
         asks.append(ask_rate)
         lengths.append(len(reply_ids))
         prompt_len = len(prompt_ids)
