@@ -226,7 +226,7 @@ class Experiment:
             scorer.memory = memory.served_system(store)  # [memory hook]
             ppl_curve: list[list[float]] = [[0, 1.0]]
             phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
-            train_s, i, replies = 0.0, 0, []
+            train_s, i, replies, served_any = 0.0, 0, [], False
             for j, phase in enumerate(scenario.phases):
                 start, scorer.persona = i, phase
                 names = tuple(phase.names)
@@ -274,10 +274,13 @@ class Experiment:
                     if round_.served is None:  # [memory hook] the same weights: the ratio is the last one
                         ppl_curve.append([i, ppl_curve[-1][1]])
                     else:
+                        served_any = True
                         ppl_curve.append([i, self._ppl_ratio(trainer.learner, engine, cfg)["ppl_ratio"]])
                 phases.append(self._phase_result(j, phase, start, scores, with_hint[names]))
             learner = trainer.learner
-            ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None else {"ppl_ratio": 1.0}
+            # Nothing ever served: the chat ran on the base throughout (a rejected version's weights are
+            # put back), so the ratio is 1 by definition; measuring it would cost two passes over the set.
+            ppl = self._ppl_ratio(learner, engine, cfg) if learner is not None and served_any else {"ppl_ratio": 1.0}
             versions = list_versions(store)
             final = [point for ph in phases for point in ph["scores"]][-1][1]
             satisfied = [t.satisfied for t in self._turns]

@@ -249,7 +249,8 @@ def test_a_tiny_two_phase_scenario_runs_for_real(tmp_path, demo_gguf, monkeypatc
     (tmp_path / "tiny-stack.toml").write_text(SCENARIO, encoding="utf-8")
     monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "user-home"))
     args = ["eval", "--scenario", str(tmp_path / "tiny-stack.toml"), "--model", str(demo_gguf), "--judge", "oracle",
-            "--train-every", "2", "--batch-size", "2", "--epochs", "1", "--max-reply-tokens", "16"]  # fmt: skip
+            "--train-every", "2", "--batch-size", "2", "--epochs", "1", "--max-reply-tokens", "16",
+            "--memory", "off", "--train-option", "max_ppl_ratio=0"]  # fmt: skip  # memory, guard: their own tests
     assert main([*args, "--out", str(tmp_path / "out")]) == 0
     r = json.loads((tmp_path / "out" / "result.json").read_text())
     assert r["scenario"] == "tiny-stack" and r["interactions"] == 4

