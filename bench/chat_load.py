@@ -89,7 +89,7 @@ def ttft_under_load(engine, tmp: Path, quick: bool, log: Callable[[str], None]) 
     from clawdesk.config import ChatConfig, Config
     from clawdesk.runtime import open_store
 
-    rounds = 6 if quick else 12
+    rounds = 4 if quick else 12
     # A short reply: only the first token is timed (the rest of the turn is recorded as the app does).
     config = Config(home=tmp / "chat", chat=ChatConfig(temperature=0.0, max_reply_tokens=4))
     store = open_store(config)

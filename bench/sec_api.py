@@ -29,7 +29,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.testing.api_server import running_server
 
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
-    tokens, rounds = (64, 3) if quick else (128, 7)
+    tokens, rounds = (64, 2) if quick else (128, 7)
     engine = Engine.load(model, sha256="bench", n_ctx=1024)
     try:
         with tempfile.TemporaryDirectory(prefix="clawdesk-bench-api-") as tmp:

@@ -46,7 +46,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.models import DEMO_NAME, resolve_model
 
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
-    tokens, rounds = (64, 3) if quick else (128, 7)
+    tokens, rounds = (64, 2) if quick else (128, 7)
     engine = Engine.load(model, sha256=SHA, n_ctx=1024)  # automatic threads, as the app loads it
     log(f"engine loaded: {engine.context_threads()} threads (of {all_threads()} cores)")
     try:

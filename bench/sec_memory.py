@@ -75,7 +75,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.models import DEMO_NAME, resolve_model
     from clawdesk.store import Store
 
-    rounds = 5 if quick else 15
+    rounds = 3 if quick else 15
     memory = MemoryConfig()
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
     # One thread: the ratio compares two prompts on the same engine, and a single thread keeps it readable on a
