@@ -2,8 +2,8 @@
 
 transformers 5.25 builds the config of a llama / qwen2 / qwen3 GGUF (``AutoConfig.from_pretrained(...,
 gguf_file=...)``, its legacy reader) with ``gguf.GGUFReader`` over the whole metadata: a numpy view
-per vocabulary item and merge, 9.7 s for the demo model's 49k tokens (profile of a tiny
-``clawdesk eval`` run, 2026-12-04), paid at every trainer start. The config needs none of those
+per vocabulary item and merge, 3.7 s for the demo model's 49k tokens and 10.3 s for a file with
+Qwen3's 151k (this VM, 2026-12-04), paid at every trainer start. The config needs none of those
 arrays, only scalars and the length of the token list. Here transformers' own key table
 (``GGUF_TO_TRANSFORMERS_MAPPING["config"]`` and its per-architecture defaults) is applied to the
 fields of :func:`clawdesk.gguf.header.read_header`, which skips arrays (milliseconds), and the
@@ -34,7 +34,10 @@ CONFIG_ARCHS = ("llama", "qwen2", "qwen3")
 def config_dict(header: GGUFHeader) -> dict[str, Any] | None:
     """The config dict transformers' legacy GGUF reader makes of ``header``, or None where it may differ."""
     import_offline()
-    from transformers.modeling_gguf_pytorch_utils import GGUF_CONFIG_DEFAULTS_MAPPING, GGUF_TO_TRANSFORMERS_MAPPING
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_CONFIG_DEFAULTS_MAPPING, GGUF_TO_TRANSFORMERS_MAPPING
+    except ImportError:  # a transformers that moved its table: its own reader still works, only slower
+        return None
 
     fields = header.fields
     arch = fields.get("general.architecture")
@@ -77,8 +80,8 @@ def name_maps_built_once() -> Iterator[None]:
     """While inside, ``gguf.get_tensor_name_map`` returns one map per (architecture, layers).
 
     transformers' ``get_gguf_hf_weights_map`` recurses into every submodule and builds the whole
-    GGUF name table again at each (398 times for the demo model, 25 ms each: 8.8 s of a 30 s trainer
-    start). The map is a pure function of its arguments, so the result is the same dict.
+    GGUF name table again at each (398 times for the demo model, 22 ms each: 8.8 s of what was a
+    15.7 s base load). The map is a pure function of its arguments, so the result is the same dict.
     """
     import gguf
 
