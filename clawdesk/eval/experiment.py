@@ -210,7 +210,9 @@ class Experiment:
         loop = None
         try:
             service = AgentService(engine, cfg.chat, memory=cfg.memory)
-            trainer = InProcessTrainer(seed=opts.seed)  # torch on every core: chat, judge and trainer take turns
+            # torch on the run's cores (every core unless model.n_threads fixes them): chat, judge and
+            # trainer take turns
+            trainer = InProcessTrainer(seed=opts.seed, threads=cfg.model.n_threads)
             judge, classify = self._judge(cfg, store, engine, service.gate)
             # [memory hook] the app's memory in the chats and the held-out prompts; the loop's judge pass
             # notes the standing hints as items (classify None: the memory is off)
@@ -360,8 +362,9 @@ class Experiment:
             train = dataclasses.replace(train, w_opd=0.0)
         elif opts.method == "opd":
             train = dataclasses.replace(train, w_binary=0.0)
-        cores = os.cpu_count() or 2
-        # Chat, judge and trainer take turns here (nothing runs beside them): every core for each.
+        # Chat, judge and trainer take turns here (nothing runs beside them): every core for each, unless
+        # the user fixed model.n_threads (e.g. to run two evals side by side, one core each).
+        cores = self.config.model.n_threads or os.cpu_count() or 2
         model = dataclasses.replace(self.config.model, seed=self.config.model.seed + opts.seed, n_threads=cores)
         chat = dataclasses.replace(self.config.chat, max_reply_tokens=opts.max_reply_tokens, thinking=False)
         return dataclasses.replace(self.config, home=home, train=train, model=model, chat=chat)

@@ -145,6 +145,18 @@ def test_each_method_trains_with_its_own_weights(tmp_path, method):
     assert cfg.home == tmp_path / "out" / "home" and cfg.chat.thinking is False
 
 
+def test_the_run_uses_every_core_unless_the_user_fixed_the_thread_count(tmp_path):
+    import dataclasses
+    import os
+
+    opts = EvalOptions(method="combined", judge="oracle", batch_size=4)
+    scenario = Scenario.single(persona(), 4)
+    auto = Config(home=tmp_path / "user")
+    assert Experiment(auto, scenario, opts, tmp_path / "a").run_config().model.n_threads == (os.cpu_count() or 2)
+    fixed = dataclasses.replace(auto, model=dataclasses.replace(auto.model, n_threads=1))
+    assert Experiment(fixed, scenario, opts, tmp_path / "b").run_config().model.n_threads == 1
+
+
 def test_shuffled_keeps_the_multiset_of_rewards_and_hints_and_changes_their_order():
     signals = [(1, None)] * 5 + [(-1, f"hint {k}") for k in range(5)]
     for seed in range(4):
