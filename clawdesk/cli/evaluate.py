@@ -168,7 +168,12 @@ def _summary(r: dict) -> str:
         f"{r['final_score']:.2f} (with hint {r['with_hint_score']:.2f}); highest ppl ratio "
         f"{r['max_ppl_ratio']:.3f}; {r['wall_s']:.0f} s. Curve: {curve}"
     )
-    if r.get("memory"):
+    if r.get("memory") and "items_learned" in r:  # the mean over seeds: per-seed lists
+        text += (
+            f"\n  memory: items learned per seed {r['items_learned']}; without it {r['score_without_memory']:.2f} "
+            f"(mean); sessions to effect per seed {r['sessions_to_effect']}"
+        )
+    elif r.get("memory"):
         text += (
             f"\n  memory: {len(r['memory_items'])} item(s), {sum(m['status'] == 'learned' for m in r['memory_items'])} "
             f"learned; without it {r['score_without_memory']:.2f}; sessions to effect {r['sessions_to_effect']}"

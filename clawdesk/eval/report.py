@@ -118,24 +118,54 @@ def write_compare(out_dir: Path, results: list[dict[str, Any]]) -> str:
     return table
 
 
+def _aligned(runs: list[list[list[float]]]) -> list[tuple[float, list[float]]]:
+    """One phase's points of every seed on one grid: ``[(x, [score of each seed])]``.
+
+    Seeds score at the same points unless something only some of them did adds one (with the memory
+    on, the held-out set is scored again after every interaction that changed the items). The held-out
+    score is a step function of the interactions: it changes only where a point was scored. So the
+    grid is every x any seed scored at (as many points at an x as the seed with most there), and a
+    seed without a point there contributes its latest score before it.
+    """
+    grid: list[tuple[float, int]] = []
+    for x in sorted({x for points in runs for x, _ in points}):
+        count = max(sum(1 for px, _ in points if px == x) for points in runs)
+        grid.extend((x, k) for k in range(count))
+    out = []
+    for x, k in grid:
+        column = []
+        for points in runs:
+            here = [s for px, s in points if px == x]
+            before = [s for px, s in points if px < x]
+            if not here and not before:
+                raise ValueError(f"a seed's run has no score at or before interaction {x}; they cannot be averaged")
+            column.append(here[min(k, len(here) - 1)] if here else before[-1])
+        out.append((x, column))
+    return out
+
+
 def aggregate_seeds(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One result per seed (same scenario, method and schedule) → the mean and the spread per point.
 
-    Points are matched by position; a run's schedule is fixed by its options (a point after every
-    training round, even one that made no version), so every seed has the same x values. The dict
-    keeps the first seed's descriptive keys and adds ``seeds``, ``scores_mean``, ``scores_min``,
-    ``scores_max``, per phase the mean base and final score and each seed's interactions to target,
-    the mean retention per persona and the highest perplexity ratio of any seed.
+    Points are matched phase by phase on the union of the seeds' points (:func:`_aligned`): without
+    the memory every seed scores at the same points (after every training round, even one that made no
+    version); with it a seed also scores after each change of its items. The dict keeps the first
+    seed's descriptive keys and adds ``seeds``, ``scores_mean``, ``scores_min``, ``scores_max``, per
+    phase the mean base and final score and each seed's interactions to target, the mean retention per
+    persona, the highest perplexity ratio of any seed, and per seed the memory's and judge's keys.
     """
-    xs = [[n for n, _ in r["scores"]] for r in results]
-    if any(x != xs[0] for x in xs):
-        raise ValueError("the seeds' runs scored at different points; they cannot be averaged")
+    if any(len(r["phases"]) != len(results[0]["phases"]) for r in results):
+        raise ValueError("the seeds' runs have different phases; they cannot be averaged")
+    grid = [
+        point
+        for k in range(len(results[0]["phases"]))
+        for point in _aligned([r["phases"][k]["scores"] for r in results])
+    ]
 
-    def column(values: list[list[float]], how) -> list[list[float]]:
-        return [[x, how(v)] for x, v in zip(xs[0], zip(*values, strict=True), strict=True)]
+    def column(how) -> list[list[float]]:
+        return [[x, how(v)] for x, v in grid]
 
-    values = [[s for _, s in r["scores"]] for r in results]
-    mean = column(values, lambda v: sum(v) / len(v))
+    mean = column(lambda v: sum(v) / len(v))
     first = results[0]
     keep = ("persona", "scenario", "method", "judge", "model", "interactions", "train_every", "batch_size", "config")
     phases = []
@@ -149,27 +179,43 @@ def aggregate_seeds(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "final_score_min": min(p["final_score"] for p in runs),
                 "final_score_max": max(p["final_score"] for p in runs),
                 "interactions_to_target": [p["interactions_to_target"] for p in runs],
+                "judge_agreement": [p.get("judge_agreement") for p in runs],
             }
         )  # fmt: skip
-    return {k: first[k] for k in keep if k in first} | {
-        "seeds": [r["seed"] for r in results],
-        "scores": mean,  # so the plot and the summary read it like one run's curve
-        "scores_mean": mean,
-        "scores_min": column(values, min),
-        "scores_max": column(values, max),
-        "base_score": mean[0][1],
-        "final_score": mean[-1][1],
-        "best_score": max(v for _, v in mean),
-        "interactions_to_target": interactions_to_target(mean, 0, None),  # of the mean curve
-        "ppl_ratio": sum(r["ppl_ratio"] for r in results) / len(results),
-        "train_s": sum(r["train_s"] for r in results),
-        "with_hint_score": first["with_hint_score"],
-        "phases": phases,
-        "retention": {n: sum(r["retention"][n] for r in results) / len(results) for n in first["retention"]},
-        "max_ppl_ratio": max(r["max_ppl_ratio"] for r in results),
-        "ppl_curve": None,
-        "wall_s": sum(r["wall_s"] for r in results),
+    per_seed = {
+        "sessions_to_effect": [r.get("sessions_to_effect") for r in results],
+        "score_without_memory_per_seed": [r.get("score_without_memory") for r in results],
+        "items_learned": [sum(i["status"] == "learned" for i in r.get("memory_items", [])) for r in results],
+        "kept_versions": [r.get("kept_versions") for r in results],
+        "rejected_versions": [r.get("rejected_versions") for r in results],
+        "judge_agreement": [r.get("judge_agreement") for r in results],
     }
+    without = [s for s in per_seed["score_without_memory_per_seed"] if s is not None]
+    return (
+        {k: first[k] for k in keep if k in first}
+        | {
+            "seeds": [r["seed"] for r in results],
+            "scores": mean,  # so the plot and the summary read it like one run's curve
+            "scores_mean": mean,
+            "scores_min": column(min),
+            "scores_max": column(max),
+            "base_score": mean[0][1],
+            "final_score": mean[-1][1],
+            "best_score": max(v for _, v in mean),
+            "interactions_to_target": interactions_to_target(mean, 0, None),  # of the mean curve
+            "ppl_ratio": sum(r["ppl_ratio"] for r in results) / len(results),
+            "train_s": sum(r["train_s"] for r in results),
+            "with_hint_score": first["with_hint_score"],
+            "phases": phases,
+            "retention": {n: sum(r["retention"][n] for r in results) / len(results) for n in first["retention"]},
+            "max_ppl_ratio": max(r["max_ppl_ratio"] for r in results),
+            "ppl_curve": None,
+            "wall_s": sum(r["wall_s"] for r in results),
+            "memory": first.get("memory"),
+            "score_without_memory": sum(without) / len(without) if without else None,
+        }
+        | per_seed
+    )
 
 
 def write_seeds(out_dir: Path, results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -81,22 +81,45 @@ def test_a_persona_run_is_a_one_phase_scenario():
     assert [p.names for p in s.phases] == [["short"]] and s.total == 12 and s.path is None and s.name == "short"
 
 
-def test_seeds_are_averaged_point_by_point():
-    def run(seed, scores, ret):
-        phases = [{"personas": ["a"], "start": 0, "interactions": 4, "base_score": scores[0][1],
-                   "final_score": scores[-1][1], "interactions_to_target": None if seed else 4}]  # fmt: skip
-        return {"persona": "s", "scenario": "s", "method": "combined", "judge": "oracle", "model": "m", "seed": seed,
-                "scores": scores, "with_hint_score": 0.5, "phases": phases, "retention": {"a": ret},
-                "max_ppl_ratio": 1.0 + seed / 100, "ppl_ratio": 1.0, "wall_s": 10.0, "train_s": 5.0}  # fmt: skip
+def _seed_run(seed, phase_scores, ret=1.0, **extra):
+    phases = [
+        {"personas": ["a"], "start": pts[0][0], "interactions": 4, "base_score": pts[0][1], "scores": pts,
+         "final_score": pts[-1][1], "interactions_to_target": None if seed else 4}
+        for pts in phase_scores
+    ]  # fmt: skip
+    scores = [p for pts in phase_scores for p in pts]
+    return {"persona": "s", "scenario": "s", "method": "combined", "judge": "oracle", "model": "m", "seed": seed,
+            "scores": scores, "with_hint_score": 0.5, "phases": phases, "retention": {"a": ret},
+            "max_ppl_ratio": 1.0 + seed / 100, "ppl_ratio": 1.0, "wall_s": 10.0, "train_s": 5.0} | extra  # fmt: skip
 
-    agg = aggregate_seeds([run(0, [[0, 0.0], [4, 1.0]], 1.0), run(1, [[0, 0.5], [4, 0.5]], 0.5)])
+
+def test_seeds_are_averaged_point_by_point():
+    agg = aggregate_seeds([_seed_run(0, [[[0, 0.0], [4, 1.0]]], 1.0), _seed_run(1, [[[0, 0.5], [4, 0.5]]], 0.5)])
     assert agg["seeds"] == [0, 1] and agg["scores_mean"] == [[0, 0.25], [4, 0.75]]
     assert agg["scores_min"] == [[0, 0.0], [4, 0.5]] and agg["scores_max"] == [[0, 0.5], [4, 1.0]]
     assert agg["phases"][0]["interactions_to_target"] == [4, None] and agg["phases"][0]["final_score"] == 0.75
     assert agg["retention"] == {"a": 0.75} and agg["max_ppl_ratio"] == 1.01 and agg["wall_s"] == 20.0
     assert agg["best_score"] == 0.75 and agg["interactions_to_target"] is None  # the mean curve never reaches 0.8
-    with pytest.raises(ValueError, match="different points"):
-        aggregate_seeds([run(0, [[0, 0.0], [4, 1.0]], 1.0), run(1, [[0, 0.5]], 0.5)])
+    with pytest.raises(ValueError, match="different phases"):
+        aggregate_seeds([_seed_run(0, [[[0, 0.0]], [[4, 1.0]]]), _seed_run(1, [[[0, 0.5], [4, 0.5]]])])
+
+
+def test_seeds_scored_at_different_points_are_aligned_as_step_functions_phase_by_phase():
+    # Seed 0's memory changed at interaction 1 (a point there); seed 1's at 3. Phase 2 starts at 4:
+    # two points at x = 4 (phase 1's end, phase 2's base on its own set), never mixed across phases.
+    a = _seed_run(0, [[[0, 0.0], [1, 0.6], [4, 0.8]], [[4, 0.2], [8, 0.4]]], memory=True, sessions_to_effect=2,
+                  score_without_memory=0.5, memory_items=[{"status": "learned"}, {"status": "active"}])  # fmt: skip
+    b = _seed_run(1, [[[0, 0.2], [3, 1.0], [4, 1.0]], [[4, 0.0], [8, 0.6]]], memory=True, sessions_to_effect=5,
+                  score_without_memory=0.25, memory_items=[{"status": "active"}])  # fmt: skip
+    agg = aggregate_seeds([a, b])
+    assert agg["scores_mean"] == [[0, 0.1], [1, 0.4], [3, 0.8], [4, 0.9], [4, 0.1], [8, 0.5]]
+    assert agg["scores_min"] == [[0, 0.0], [1, 0.2], [3, 0.6], [4, 0.8], [4, 0.0], [8, 0.4]]
+    assert agg["memory"] is True and agg["sessions_to_effect"] == [2, 5] and agg["items_learned"] == [1, 0]
+    assert agg["score_without_memory"] == 0.375 and agg["score_without_memory_per_seed"] == [0.5, 0.25]
+    from clawdesk.cli.evaluate import _summary  # the line `eval --seeds N` prints for the mean
+
+    line = _summary(agg | {"seed": "mean"})
+    assert "items learned per seed [1, 0]" in line and "sessions to effect per seed [2, 5]" in line
 
 
 # -- the file contract ----------------------------------------------------------------------------
