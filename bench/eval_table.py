@@ -1,0 +1,116 @@
+"""Markdown rows for docs/learning.md from `clawdesk eval --seeds N --out DIR` results.
+
+    python bench/eval_table.py runs/mem-no-lists-oracle-on runs/mem-no-lists-oracle-off --at 0,1,8,16,48
+
+One row per DIR, read from DIR/result.json (the mean over seeds) and DIR/seed-K/result.json (each
+seed). A single-seed run (no seed-K folders) is a row of one seed. Scores at an interaction are the
+held-out score then: the last point scored at or before it (a score holds until the next scoring).
+A scenario adds one line per phase: its base, final score and each seed's interactions to target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"eval_table: cannot read {path}: {exc}") from exc
+
+
+def _seed_runs(run_dir: Path) -> list[dict]:
+    seeds = sorted(run_dir.glob("seed-*/result.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    return [_load(p) for p in seeds] or [_load(run_dir / "result.json")]
+
+
+def score_at(points: list[list[float]], x: float) -> float | None:
+    """The held-out score after ``x`` interactions: the last point scored at or before it."""
+    before = [s for px, s in points if px <= x]
+    return before[-1] if before else None
+
+
+def _fmt(v, spec=".2f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def _per_seed(values) -> str:
+    return " / ".join("–" if v is None else str(v) for v in values)
+
+
+def row(run_dir: Path, at: list[float]) -> tuple[str, list[str]]:
+    """The run's table row and, for a scenario, one line per phase."""
+    runs = _seed_runs(run_dir)
+    mean = _load(run_dir / "result.json") if len(runs) > 1 else runs[0]
+    scores = " / ".join(_fmt(score_at(mean["scores"], x)) for x in at)
+    finals = [r["final_score"] for r in runs]
+    agreement = [r.get("judge_agreement") for r in runs]
+    judged = [a for a in agreement if a]
+    judge = (
+        "reward "
+        + " / ".join(_fmt(a["reward_agreement"]) for a in judged)
+        + ", hint on unsatisfied "
+        + " / ".join(_fmt(a["hint_rate_unsatisfied"]) for a in judged)
+        if judged
+        else "oracle"
+    )
+    memory = runs[0].get("memory")
+    cells = [
+        run_dir.name,
+        _per_seed(r["seed"] for r in runs),
+        scores,
+        f"{min(finals):.2f}–{max(finals):.2f}",
+        _per_seed(r["interactions_to_target"] for r in runs),
+        _per_seed(r.get("sessions_to_effect") for r in runs),
+        (" / ".join(_fmt(r.get("score_without_memory")) for r in runs) if memory else "(off)"),
+        (_per_seed(sum(i["status"] == "learned" for i in r.get("memory_items", [])) for r in runs) if memory else "–"),
+        f"{max(r['max_ppl_ratio'] for r in runs):.3f}",
+        _per_seed(f"{len(r['kept_versions'])}/{len(r['rejected_versions'])}" for r in runs),
+        judge,
+        f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}",
+    ]
+    phases = []
+    if len(runs[0]["phases"]) > 1:
+        for k, ph in enumerate(runs[0]["phases"]):
+            base = sum(r["phases"][k]["base_score"] for r in runs) / len(runs)
+            final = sum(r["phases"][k]["final_score"] for r in runs) / len(runs)
+            to_target = _per_seed(r["phases"][k]["interactions_to_target"] for r in runs)
+            phases.append(
+                f"  phase {k + 1} ({' + '.join(ph['personas'])}, from {ph['start']}): base {base:.2f} → "
+                f"{final:.2f}, to target per seed {to_target}"
+            )
+        retention = {n: [r["retention"][n] for r in runs] for n in runs[0]["retention"]}
+        phases.append("  retention: " + (", ".join(f"{n} {_per_seed(v)}" for n, v in retention.items()) or "none"))
+    return "| " + " | ".join(cells) + " |", phases
+
+
+HEADER = (
+    "| run | seeds | mean score at {at} | final (min–max) | to target | sessions to effect | without memory "
+    "| items learned | max ppl ratio | versions kept/rejected | judge (per seed) | wall s per seed |"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", type=Path, help="eval --out folders")
+    ap.add_argument("--at", default="0,8,16,24,48", help="interactions to show the mean score at")
+    args = ap.parse_args(argv)
+    at = [float(x) for x in args.at.split(",")]
+    print(HEADER.format(at=" / ".join(f"{x:g}" for x in at)))
+    print("|" + " --- |" * (HEADER.count("|") - 1))
+    notes = []
+    for d in args.dirs:
+        line, phases = row(d, at)
+        print(line)
+        notes += [f"{d.name}:", *phases] if phases else []
+    if notes:
+        print("\n" + "\n".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""bench/eval_table.py: a score holds until the next scoring, rows read every seed, scenarios get phase lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "eval_table.py"
+
+
+@pytest.fixture(scope="module")
+def eval_table():
+    spec = importlib.util.spec_from_file_location("bench_eval_table_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(seed: int, scores, *, memory: bool, phases=None, agreement=None) -> dict:
+    phases = phases or [{"personas": ["p"], "start": 0, "base_score": scores[0][1], "final_score": scores[-1][1],
+                         "interactions_to_target": 1 if seed == 0 else None}]  # fmt: skip
+    return {
+        "seed": seed, "scores": scores, "final_score": scores[-1][1], "interactions_to_target": phases[0][
+            "interactions_to_target"], "sessions_to_effect": 2 + seed, "memory": memory,
+        "score_without_memory": 0.25 * seed if memory else scores[-1][1],
+        "memory_items": [{"status": "learned"}] * seed, "max_ppl_ratio": 1.01 + seed / 100,
+        "kept_versions": [1, 2], "rejected_versions": [3] * seed, "judge_agreement": agreement,
+        "wall_s": 100.0 * (seed + 1), "phases": phases, "retention": {},
+    }  # fmt: skip
+
+
+def _write(path: Path, data: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "result.json").write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_score_at_is_the_last_point_at_or_before(eval_table):
+    points = [[0, 0.0], [1, 0.5], [8, 0.75], [8, 0.25]]
+    assert eval_table.score_at(points, 0) == 0.0
+    assert eval_table.score_at(points, 4) == 0.5  # held since interaction 1
+    assert eval_table.score_at(points, 8) == 0.25  # the later of two points at one x
+    assert eval_table.score_at([[2, 1.0]], 1) is None
+
+
+def test_a_seeds_row_reads_every_seed_and_the_mean(eval_table, tmp_path):
+    out = tmp_path / "mem-on"
+    runs = [_run(0, [[0, 0.0], [1, 1.0], [8, 0.5]], memory=True), _run(1, [[0, 0.5], [8, 1.0]], memory=True)]
+    for r in runs:
+        _write(out / f"seed-{r['seed']}", r)
+    _write(out, {"scores": [[0, 0.25], [1, 0.75], [8, 0.75]]})  # the mean `eval --seeds` writes
+    line, phases = eval_table.row(out, [0, 1, 8])
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:8] == ["mem-on", "0 / 1", "0.25 / 0.75 / 0.75", "0.50–1.00", "1 / –", "2 / 3", "0.00 / 0.25", "0 / 1"]
+    assert cells[8:] == ["1.020", "2/0 / 2/1", "oracle", "150"] and phases == []
+
+
+def test_the_cli_prints_phase_lines_for_a_scenario_and_the_self_judges_agreement(tmp_path):
+    phases = [
+        {"personas": ["a"], "start": 0, "base_score": 0.0, "final_score": 1.0, "interactions_to_target": 8},
+        {"personas": ["a", "b"], "start": 16, "base_score": 0.5, "final_score": 0.75, "interactions_to_target": None},
+    ]
+    agreement = {"reward_agreement": 0.875, "hint_rate_unsatisfied": 0.5}
+    run = _run(0, [[0, 0.0], [16, 1.0], [16, 0.5], [32, 0.75]], memory=False, phases=phases, agreement=agreement)
+    run["retention"] = {"a": 1.0}
+    _write(tmp_path / "scn", run)
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "scn"), "--at", "0,16,32"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert "| scn | 0 | 0.00 / 0.50 / 0.75 |" in done.stdout
+    assert "reward 0.88, hint on unsatisfied 0.50" in done.stdout and "| (off) | – |" in done.stdout
+    assert "phase 2 (a + b, from 16): base 0.50 → 0.75, to target per seed –" in done.stdout
+    assert "retention: a 1.0" in done.stdout
