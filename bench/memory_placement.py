@@ -1,0 +1,75 @@
+"""Where a preference's words sit in the prompt, and how often the demo model then follows it.
+
+For each persona, its hint as the only item, the held-out prompts are answered greedily (the
+eval's reply cap, a fresh cache each) four ways, and each reply is checked with the persona's check:
+
+- ``base``: the chat's system prompt only;
+- ``system-memory``: the memory block after the system prompt, as the chat serves it today;
+- ``user-hint``: the hint appended to the user message under the judge's hint header, as the OPD
+  teacher sees it (the eval's ``with_hint_score``);
+- ``system+user-reminder``: the memory block, and a one-line reminder at the end of the user message.
+
+Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
+
+    python bench/memory_placement.py [--personas no-lists,hi-there] [--threads 1] [--max-tokens 80]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    from clawdesk.config import ChatConfig
+    from clawdesk.engine import Engine
+    from clawdesk.engine.reply import SamplingParams
+    from clawdesk.eval.personas import load_persona
+    from clawdesk.judge.parse import enhanced_user_message
+    from clawdesk.models import DEMO_NAME, resolve_model
+    from clawdesk.preferences import MEMORY_HEADER, quote_item, with_memory
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--personas", default="no-lists,hi-there")
+    parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
+    parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
+    args = parser.parse_args()
+    engine = Engine.load(
+        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
+        n_threads=args.threads,
+    )  # fmt: skip
+    system = ChatConfig().system_prompt
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    modes = ("base", "system-memory", "user-hint", "system+user-reminder")
+    print("| persona | " + " | ".join(modes) + " | s per mode |")
+    print("|" + " --- |" * (len(modes) + 2))
+    try:
+        for name in [n for n in args.personas.split(",") if n]:
+            persona = load_persona(name)
+            block = "\n".join([MEMORY_HEADER, f"- {quote_item(persona.hint)}"])
+            reminder = f"\n\n(Remember my stated preference: {quote_item(persona.hint)})"
+            prompts = {
+                "base": (system, lambda u: u),
+                "system-memory": (with_memory(system, block), lambda u: u),
+                "user-hint": (system, lambda u, h=persona.hint: enhanced_user_message(u, h)),
+                "system+user-reminder": (with_memory(system, block), lambda u, r=reminder: u + r),
+            }
+            cells, started = [], time.monotonic()
+            for mode in modes:
+                sys_prompt, user = prompts[mode]
+                ok = 0
+                for question in persona.heldout:
+                    room = args.max_tokens
+                    built = engine.build_prompt(sys_prompt, [], user(question), thinking=False, reply_room=room)
+                    engine.reset_cache()  # each reply from a fresh cache: reproducible greedy replies
+                    ok += persona.satisfies(engine.generate(built.token_ids, params).content)
+                cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)})")
+            seconds = (time.monotonic() - started) / len(modes)
+            print(f"| `{name}` | " + " | ".join(cells) + f" | {seconds:.0f} |", flush=True)
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
