@@ -7,7 +7,9 @@ eval's reply cap, a fresh cache each) four ways, and each reply is checked with 
 - ``system-memory``: the memory block after the system prompt, as the chat serves it today;
 - ``user-hint``: the hint appended to the user message under the judge's hint header, as the OPD
   teacher sees it (the eval's ``with_hint_score``);
-- ``system+user-reminder``: the memory block, and a one-line reminder at the end of the user message.
+- ``system+user-reminder``: the memory block, and a one-line reminder at the end of the user message;
+- ``user-memory``: the memory block after the user message, as the chat serves it with
+  ``[memory] placement = "user"``.
 
 Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def main() -> None:
@@ -28,12 +31,13 @@ def main() -> None:
     from clawdesk.eval.personas import load_persona
     from clawdesk.judge.parse import enhanced_user_message
     from clawdesk.models import DEMO_NAME, resolve_model
-    from clawdesk.preferences import MEMORY_HEADER, quote_item, with_memory
+    from clawdesk.preferences import MEMORY_HEADER, memory_block, place_memory, quote_item, with_memory
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--personas", default="no-lists,hi-there")
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
+    parser.add_argument("--modes", default="", help="a comma-separated subset of the modes (default: all)")
     args = parser.parse_args()
     engine = Engine.load(
         resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
@@ -41,7 +45,8 @@ def main() -> None:
     )  # fmt: skip
     system = ChatConfig().system_prompt
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    modes = ("base", "system-memory", "user-hint", "system+user-reminder")
+    modes = ("base", "system-memory", "user-hint", "system+user-reminder", "user-memory")
+    modes = tuple(m for m in modes if m in args.modes.split(",")) if args.modes else modes
     print("| persona | " + " | ".join(modes) + " | s per mode |")
     print("|" + " --- |" * (len(modes) + 2))
     try:
@@ -49,11 +54,14 @@ def main() -> None:
             persona = load_persona(name)
             block = "\n".join([MEMORY_HEADER, f"- {quote_item(persona.hint)}"])
             reminder = f"\n\n(Remember my stated preference: {quote_item(persona.hint)})"
+            item = SimpleNamespace(text=persona.hint)  # the app's renderer reads an item's text only
+            user_block, _ = memory_block([item], lambda text: 0, 1, "user")
             prompts = {
                 "base": (system, lambda u: u),
                 "system-memory": (with_memory(system, block), lambda u: u),
                 "user-hint": (system, lambda u, h=persona.hint: enhanced_user_message(u, h)),
                 "system+user-reminder": (with_memory(system, block), lambda u, r=reminder: u + r),
+                "user-memory": (system, lambda u, b=user_block: place_memory(system, u, b)[1]),
             }
             cells, started = [], time.monotonic()
             for mode in modes:

@@ -22,7 +22,7 @@ from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
-from clawdesk.preferences import memory_block, with_memory
+from clawdesk.preferences import memory_block, place_memory
 from clawdesk.store import Session, Store
 from clawdesk.store.prefs import active_preferences
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
@@ -184,7 +184,7 @@ class _Run:
     def serve(self) -> TurnResult:
         started = time.monotonic()
         history = self.history = history_from_turns(self.store.list_turns(self.session.id))
-        system = self._system_prompt()
+        system, user = self._served_texts()
         messages: list[dict] = []  # this message's assistant tool calls and tool results, for the next step
         outcomes: list[StepOutcome] = []
         stopped = ""
@@ -196,7 +196,7 @@ class _Run:
                 prompt = self.engine.build_prompt(
                     system,
                     history,
-                    self.text,
+                    user,
                     thinking=self.thinking,
                     reply_room=self.service.chat.max_reply_tokens,
                     tools=self.schemas,
@@ -236,17 +236,19 @@ class _Run:
             stopped = "cancelled"  # stopped after (or while) its tools ran
         return self._record(outcomes, stopped, started)
 
-    def _system_prompt(self) -> str:
-        """The chat's system prompt, with the user's stated preferences (the memory) after it when on.
+    def _served_texts(self) -> tuple[str, str]:
+        """The chat's system prompt and this turn's user message, with the user's stated preferences
+        (the memory) after one of them (``memory.placement``) when on.
 
         Read once per turn, so every step of the turn has the same system block (and KV cache prefix).
+        Only this turn's message carries a user-placed block: earlier ones are rendered as stored.
         """
         memory = self.service.memory
         if memory is None or not memory.enabled:
-            return self.session.system_prompt
-        block, shown = memory_block(active_preferences(self.store), self._count, memory.budget_tokens)
+            return self.session.system_prompt, self.text
+        block, shown = memory_block(active_preferences(self.store), self._count, memory.budget_tokens, memory.placement)
         self.memory_block, self.memory_ids = block, [p.id for p in shown]
-        return with_memory(self.session.system_prompt, block)
+        return place_memory(self.session.system_prompt, self.text, block)
 
     def _student_prompts(self, outcomes: list[StepOutcome]) -> list[list[int] | None]:
         """Each served step's prompt without the memory block: what training's student sees (docs/learning.md).

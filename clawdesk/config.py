@@ -254,14 +254,25 @@ class ToolsConfig:
             )
 
 
+MEMORY_PLACEMENTS = ("system", "user")
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """The preference memory: standing preferences the judge noted, rendered into every new turn's prompt."""
 
     enabled: bool = True  # false: no item is noted and none is rendered (the items stay listed)
     budget_tokens: int = 128  # the most prompt tokens the rendered items take; 128, not 256: README "Cost"
+    # Where the items go: "system" (after the system prompt: in the cached prefix, paid once per chat)
+    # or "user" (after the turn's own message, where the bundled demo model follows them: docs/learning.md
+    # "Where the memory sits"; the earlier exchange is evaluated again each turn).
+    placement: str = "system"
 
     def __post_init__(self) -> None:
+        _check(
+            self.placement in MEMORY_PLACEMENTS,
+            f"memory.placement must be one of {', '.join(MEMORY_PLACEMENTS)}, got {self.placement!r}",
+        )
         _check(
             32 <= self.budget_tokens <= 8192,
             "memory.budget_tokens must be in 32..8192 (the prompt tokens the memory may take), "

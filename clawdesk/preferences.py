@@ -4,9 +4,10 @@
   hint (how replies should be in general) becomes a preference item, a one-off correction does
   not. Which is which is decided by a :class:`HintClassifier` the caller injects (the judge's);
   "unsure" items are kept, and the person is told so they can undo it (the TUI's toast).
-- :func:`memory_block` renders the active items into the system prompt of a turn, within a token
-  budget, pinned first then newest first, each quoted on one line so that its text is read as a
-  preference about replies, never as instructions or chat-template markup.
+- :func:`memory_block` renders the active items for a turn's prompt, within a token budget, pinned
+  first then newest first, each quoted on one line so that its text is read as a preference about
+  replies, never as instructions or chat-template markup; :func:`place_memory` puts the block after
+  the system prompt or after the turn's user message (``memory.placement``).
 
 The table and its rules (learnable turns only, a same-topic item replaces the older one) are
 :mod:`clawdesk.store.prefs`'. Nothing here imports textual, a model or the judge.
@@ -86,39 +87,65 @@ MEMORY_HEADER = (
 _NEUTRAL = str.maketrans({"<": "\u2039", ">": "\u203a"})
 
 
-def quote_item(text: str) -> str:
-    """One item as it is rendered: one line, control and format characters gone, brackets defused, JSON-quoted."""
+def plain_item(text: str) -> str:
+    """One item as the user placement renders it: one line, control and format characters gone, brackets defused."""
     cleaned = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in text)
-    return json.dumps(" ".join(cleaned.split()).translate(_NEUTRAL), ensure_ascii=False)
+    return " ".join(cleaned.split()).translate(_NEUTRAL)
+
+
+def quote_item(text: str) -> str:
+    """One item as the system placement renders it: :func:`plain_item`, JSON-quoted."""
+    return json.dumps(plain_item(text), ensure_ascii=False)
+
+
+# The user placement's header: the judge's hint header (clawdesk.judge.parse.HINT_HEADER), then the
+# items one per line, unquoted. On the demo model that is what it follows: no-lists 0.94 and hi-there
+# 0.44 of the held-out prompts, against 0.94 / 0.31 under "[user's standing preferences]", 0.69 / 0.12
+# with the items JSON-quoted, 0.56 / 0.06 quoted with bullets, 0.62 / 0.00 in the system prompt
+# (bench/memory_placement.py, docs/learning.md). It is also the OPD teacher's own form, so a reply
+# served with one item is what the teacher for that item's hint would write. In the user's own turn
+# an item needs no quotes (it is their words); it stays one line with brackets defused, so it cannot
+# open a message or form a special token.
+USER_MEMORY_HEADER = "\n\n[user's hint / instruction]"
 
 
 def memory_block(
-    items: Sequence[Preference], count_tokens: Callable[[str], int], budget_tokens: int
+    items: Sequence[Preference], count_tokens: Callable[[str], int], budget_tokens: int, placement: str = "system"
 ) -> tuple[str, list[Preference]]:
-    """The memory section for the system prompt and the items in it ("" and [] when none fits).
+    """The memory section and the items in it ("" and [] when none fits).
 
-    ``items`` in priority order (pinned first, then newest: :func:`~clawdesk.store.prefs.active_preferences`);
-    an item that would take the whole section past ``budget_tokens`` is left out and the next ones
-    are still tried, so one long item does not push out every shorter one after it.
+    ``placement`` "system": a section for the system prompt (:data:`MEMORY_HEADER`); "user": a suffix
+    for the turn's user message (:data:`USER_MEMORY_HEADER`). ``items`` in priority order (pinned
+    first, then newest: :func:`~clawdesk.store.prefs.active_preferences`); an item that would take the
+    whole section past ``budget_tokens`` is left out and the next ones are still tried, so one long
+    item does not push out every shorter one after it.
     """
+    header = MEMORY_HEADER if placement == "system" else USER_MEMORY_HEADER
     lines: list[str] = []
     shown: list[Preference] = []
     for item in items:
-        candidate = "\n".join([MEMORY_HEADER, *lines, f"- {quote_item(item.text)}"])
-        if count_tokens(candidate) <= budget_tokens:
-            lines.append(f"- {quote_item(item.text)}")
+        line = f"- {quote_item(item.text)}" if placement == "system" else plain_item(item.text)
+        if count_tokens("\n".join([header, *lines, line])) <= budget_tokens:
+            lines.append(line)
             shown.append(item)
-    return ("\n".join([MEMORY_HEADER, *lines]) if lines else ""), shown
+    return ("\n".join([header, *lines]) if lines else ""), shown
 
 
 def with_memory(system: str, block: str) -> str:
-    """The system prompt with the memory section after it."""
+    """The system prompt with a system-placed memory section after it."""
     if not block:
         return system
     return f"{system}\n\n{block}" if system else block
 
 
-def system_prompt_for_turn(store: Store, system: str, count_tokens: Callable[[str], int], budget_tokens: int) -> str:
-    """``system`` with the store's active items rendered after it, within ``budget_tokens``."""
-    block, _ = memory_block(active_preferences(store), count_tokens, budget_tokens)
-    return with_memory(system, block)
+def place_memory(system: str, user: str, block: str) -> tuple[str, str]:
+    """(system prompt, user message) as served with ``block``, which says by its header where it goes."""
+    if block.startswith(USER_MEMORY_HEADER):
+        return system, user + block
+    return with_memory(system, block), user
+
+
+def block_for_turn(store: Store, count_tokens: Callable[[str], int], budget_tokens: int, placement: str) -> str:
+    """The memory block a new turn gets now: the store's active items within ``budget_tokens``."""
+    block, _ = memory_block(active_preferences(store), count_tokens, budget_tokens, placement)
+    return block

@@ -216,7 +216,7 @@ class Experiment:
             judge, classify = self._judge(cfg, store, engine, service.gate)
             # [memory hook] the app's memory in the chats and the held-out prompts; the loop's judge pass
             # notes the standing hints as items (classify None: the memory is off)
-            memory = self._memory = MemoryRun.start(cfg.memory, engine, cfg.chat.system_prompt, classify)
+            memory = self._memory = MemoryRun.start(cfg.memory, engine, classify)
             loop = build_learning_loop(
                 cfg, store, engine, gate=service.gate, judge=judge, classify=classify, trainer=trainer,
                 synchronous=True,
@@ -225,7 +225,7 @@ class Experiment:
             loop.subscribe(round_)
             loop.start()
             scorer = Scorer(engine, scenario.phases[0], cfg.chat.system_prompt, opts.max_reply_tokens)
-            scorer.memory = memory.served_system(store)  # [memory hook]
+            scorer.memory = memory.served_block(store)  # [memory hook]
             ppl_curve: list[list[float]] = [[0, 1.0]]
             phases, with_hint = [], {}  # with-hint scores on the base, by persona set (same weights: scored once)
             train_s, i, replies, served_any = 0.0, 0, [], False

@@ -1,7 +1,7 @@
 """The preference memory in the eval: ``clawdesk eval --memory on|off`` (default: the app's ``[memory] enabled``).
 
 With the memory on, the eval's simulated chats get it exactly as the app's chats do: the same
-:class:`~clawdesk.agent.AgentService` renders the active items into every turn's system prompt,
+:class:`~clawdesk.agent.AgentService` renders the active items into every turn's prompt (``memory.placement``),
 items come from the judge's accepted hints (the learning loop's judge pass calls
 :func:`clawdesk.preferences.note_hint` with the classifier the eval gives it), and the
 trainer's learned check (:mod:`clawdesk.learn.consolidate`) retires the items the adapter carries.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawdesk.config import MemoryConfig
-from clawdesk.preferences import HintClassifier, system_prompt_for_turn
+from clawdesk.preferences import HintClassifier, block_for_turn
 from clawdesk.store import Store
 from clawdesk.store.prefs import list_preferences
 
@@ -57,7 +57,6 @@ class MemoryRun:
     """One eval run's memory: whether it is on, what it noted and retired, and when (in interactions)."""
 
     config: MemoryConfig
-    system_prompt: str  # the chat's, without the memory
     count_tokens: Callable[[str], int]
     classify: HintClassifier | None
     created: dict[int, int] = field(default_factory=dict)  # item id → interaction after which it was noted
@@ -65,18 +64,19 @@ class MemoryRun:
     _active: frozenset[int] = frozenset()
 
     @classmethod
-    def start(cls, config: MemoryConfig, engine, system_prompt: str, classify: HintClassifier | None) -> MemoryRun:
-        return cls(config, system_prompt, lambda text: len(engine.tokenize(text)), classify)
+    def start(cls, config: MemoryConfig, engine, classify: HintClassifier | None) -> MemoryRun:
+        return cls(config, lambda text: len(engine.tokenize(text)), classify)
 
     @property
     def on(self) -> bool:
         return self.config.enabled and self.classify is not None
 
-    def served_system(self, store: Store) -> Callable[[], str] | None:
-        """The held-out scorer's system prompt, as a chat would get it now (None: the memory is off)."""
+    def served_block(self, store: Store) -> Callable[[], str] | None:
+        """The held-out scorer's memory block, as a chat would get it now (None: the memory is off)."""
         if not self.on:
             return None
-        return lambda: system_prompt_for_turn(store, self.system_prompt, self.count_tokens, self.config.budget_tokens)
+        cfg = self.config
+        return lambda: block_for_turn(store, self.count_tokens, cfg.budget_tokens, cfg.placement)
 
     def changed(self, store: Store, interaction: int) -> bool:
         """Record new and retired items after ``interaction``; whether the items in the prompt changed."""

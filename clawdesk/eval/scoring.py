@@ -21,6 +21,7 @@ from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import InputError
 from clawdesk.eval.personas import assets_dir
 from clawdesk.judge.parse import enhanced_user_message
+from clawdesk.preferences import place_memory
 
 NEUTRAL_SET = "neutral-set.jsonl"
 
@@ -44,12 +45,13 @@ class Scorer:
     system_prompt: str
     max_tokens: int
     last_replies: list[str] = field(default_factory=list)  # of the latest score() call, for inspection
-    # [memory hook] the system prompt with the preference memory, as a chat gets it now (clawdesk.eval.memory)
+    # [memory hook] the preference memory's block, as a chat gets it now (clawdesk.eval.memory)
     memory: Callable[[], str] | None = None
 
     def reply(self, prompt: str, *, hint: bool = False) -> str:
-        user = enhanced_user_message(prompt, self.persona.hint) if hint else prompt
-        system = self.memory() if self.memory is not None and not hint else self.system_prompt
+        system, user = self.system_prompt, enhanced_user_message(prompt, self.persona.hint) if hint else prompt
+        if self.memory is not None and not hint:
+            system, user = place_memory(system, user, self.memory())
         built = self.engine.build_prompt(system, [], user, thinking=False, reply_room=self.max_tokens)
         self.engine.reset_cache()
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)

@@ -36,6 +36,7 @@ from clawdesk.judge.vote import JUDGE_PROMPT_CHUNK, Ballot, NextState, Verdict, 
 from clawdesk.store import Store
 from clawdesk.store.judgments import Judgment, PendingTurn
 from clawdesk.store.step_judgments import PendingStep, StepJudgment
+from clawdesk.store.turn_memory import turn_memory_block
 
 __all__ = ["JUDGE_PROMPT_CHUNK", "Judge", "JudgeInterrupted", "Verdict", "VoteProgress", "method_for"]
 
@@ -158,15 +159,15 @@ class Judge:
     ) -> StepJudgment:
         """A tool step judged from its calls' results, with its teacher prompt when a hint was accepted.
 
-        ``store`` is not read (a step's served prompt is in ``pending``); it is taken so that turns
-        and steps are judged alike."""
+        ``store`` gives the turn's memory block (a step's served prompt is in ``pending``)."""
         started = time.monotonic()
         turn, step = pending.turn, pending.step
         progress = _progress(turn.id, on_progress)
         verdict = self.vote(turn.user_content, step.reply_content, next_state(pending.calls), on_progress=progress)
         _, enhanced, note = self._teacher(
-            verdict, turn.user_content, lambda: step_context(turn, step.prompt_ids, pending.first_prompt_ids)
-        )
+            verdict, turn.user_content,
+            lambda: step_context(turn, step.prompt_ids, pending.first_prompt_ids, turn_memory_block(store, turn.id)),
+        )  # fmt: skip
         ident = self.engine.identity
         return StepJudgment(
             step_id=step.id,

@@ -5,9 +5,9 @@ prompt with the original user message, which must give exactly the served token 
 the reply keeps its reward but gets no OPD prompt), then renders it with the enhanced message.
 How a prompt is re-rendered depends on what the log holds of it (:class:`ServedContext`):
 
-- a turn: its messages (the session's system prompt with the preference memory block it was
-  served with, :mod:`clawdesk.store.turn_memory`; the earlier turns after the dropped ones; the user
-  message) are rendered again with the served model's template
+- a turn: its messages (the session's system prompt and the user message, the preference memory
+  block it was served with after the one ``memory.placement`` chose, :mod:`clawdesk.store.turn_memory`;
+  the earlier turns after the dropped ones) are rendered again with the served model's template
   (:func:`turn_context`); a turn whose stored history no longer gives its served prompt (system
   prompt edited since, tools offered) gets none;
 - a tool step: its tools block and earlier calls and results are not stored as messages, so the
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from clawdesk.engine import Engine, history_from_turns
 from clawdesk.engine.prompt import Exchange, build_messages
-from clawdesk.preferences import with_memory
+from clawdesk.preferences import place_memory
 from clawdesk.store import Store
 from clawdesk.store.log import Turn
 from clawdesk.store.turn_memory import turn_memory_block
@@ -43,6 +43,7 @@ class ServedContext:
     user: str  # the turn's user message, where the hint goes
     model_sha256: str  # the model file that served it
     thinking: bool
+    user_suffix: str = ""  # a memory block served after the user message (placement "user"); the hint goes before it
     # A turn: re-rendered from its messages.
     system_prompt: str = ""
     history: tuple[Exchange, ...] = ()
@@ -55,18 +56,23 @@ def turn_context(store: Store, turn: Turn) -> ServedContext:
     session = store.get_session(turn.session_id)
     earlier = [t for t in store.list_turns(turn.session_id) if t.seq < turn.seq][turn.dropped_turns :]
     served_ids, _ = store.turn_tokens(turn.id)
+    system, served_user = place_memory(session.system_prompt, turn.user_content, turn_memory_block(store, turn.id))
     return ServedContext(
         "prompt", served_ids, turn.user_content, turn.model_sha256, turn.thinking,
-        system_prompt=with_memory(session.system_prompt, turn_memory_block(store, turn.id)),
+        user_suffix=served_user[len(turn.user_content) :], system_prompt=system,
         history=tuple(history_from_turns(earlier)),
     )  # fmt: skip
 
 
-def step_context(turn: Turn, prompt_ids: list[int], first_prompt_ids: list[int]) -> ServedContext:
-    """A tool step's served prompt (``prompt_ids``) in ``turn``, whose step 0 was served ``first_prompt_ids``."""
+def step_context(
+    turn: Turn, prompt_ids: list[int], first_prompt_ids: list[int], memory_block: str = ""
+) -> ServedContext:
+    """A tool step's served prompt (``prompt_ids``) in ``turn``, whose step 0 was served ``first_prompt_ids``;
+    ``memory_block``: the turn's recorded block (only a user-placed one changes where the message ends)."""
+    _, served_user = place_memory("", turn.user_content, memory_block)
     return ServedContext(
         "step prompt", prompt_ids, turn.user_content, turn.model_sha256, turn.thinking,
-        first_prompt_ids=first_prompt_ids,
+        user_suffix=served_user[len(turn.user_content) :], first_prompt_ids=first_prompt_ids,
     )  # fmt: skip
 
 
@@ -77,9 +83,9 @@ def teacher_prompt(policy: Engine, context: ServedContext, enhanced_user: str) -
     render = _message_renderer(policy, context) if context.first_prompt_ids is None else _text_renderer(policy, context)
     if isinstance(render, str):
         return None, render
-    if render(context.user) != context.served_ids:
+    if render(context.user + context.user_suffix) != context.served_ids:
         return None, f"served {context.what} could not be rebuilt exactly; no OPD prompt"
-    return render(enhanced_user), ""
+    return render(enhanced_user + context.user_suffix), ""
 
 
 def _message_renderer(policy: Engine, context: ServedContext) -> Callable[[str], list[int]]:
@@ -99,7 +105,7 @@ def _text_renderer(policy: Engine, context: ServedContext) -> Callable[[str], li
     sample = policy.render(build_messages("", [], _SENTINEL), thinking=context.thinking)
     tail = sample[sample.rindex(_SENTINEL) + len(_SENTINEL) :]  # what the template writes after a last user message
     end = len(first) - len(tail)
-    user = context.user
+    user = context.user + context.user_suffix
     if not first.endswith(user + tail) or text[:end] != first[:end]:
         return "the turn's user message was not found in the step prompt; no OPD prompt"
     return lambda replacement: policy.tokenize(text[: end - len(user)] + replacement + text[end:])

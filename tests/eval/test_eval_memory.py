@@ -18,7 +18,7 @@ from clawdesk.cli import main
 from clawdesk.config import MemoryConfig
 from clawdesk.eval.memory import MemoryRun, oracle_classifier, sessions_to_effect
 from clawdesk.eval.scoring import Scorer
-from clawdesk.preferences import MEMORY_HEADER
+from clawdesk.preferences import MEMORY_HEADER, USER_MEMORY_HEADER
 from clawdesk.store.prefs import add_preference
 
 MEMORY_KEYS = {"memory", "memory_items", "score_without_memory", "sessions_to_effect"}
@@ -69,29 +69,32 @@ class _Target:
 
 
 class _Seen:
-    """The real engine, with the system prompts it was asked to build remembered."""
+    """The real engine, with the system prompts and user messages it was asked to build remembered."""
 
     def __init__(self, engine):
         self.engine = engine
         self.systems: list[str] = []
+        self.users: list[str] = []
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def build_prompt(self, system, *args, **kwargs):
+    def build_prompt(self, system, history, user, **kwargs):
         self.systems.append(system)
-        return self.engine.build_prompt(system, *args, **kwargs)
+        self.users.append(user)
+        return self.engine.build_prompt(system, history, user, **kwargs)
 
 
 def test_the_scorer_serves_the_memory_and_score_without_memory_removes_it(engine, store):
     item = add_preference(store, "Answer in plain prose, never in lists.").item
     seen = _Seen(engine)
-    run = MemoryRun.start(MemoryConfig(budget_tokens=128), engine, "You are ClawDesk.", oracle_classifier)
+    run = MemoryRun.start(MemoryConfig(budget_tokens=128), engine, oracle_classifier)
     run.changed(store, 3)
-    scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_system(store))
+    scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_block(store))
     scorer.score()
     (served,) = seen.systems
     assert served.startswith("You are ClawDesk.") and MEMORY_HEADER in served and item.text in served
+    assert seen.users == ["Name two planets."]
     out = run.result(store, scorer, [False, True, True, True], final_score=1.0)
     assert seen.systems[1:] == ["You are ClawDesk."]  # score_without_memory: the chat's prompt, no item
     assert out["memory"] is True and out["score_without_memory"] == 1.0 and out["sessions_to_effect"] == 1
@@ -101,9 +104,22 @@ def test_the_scorer_serves_the_memory_and_score_without_memory_removes_it(engine
     assert scorer.memory is not None  # put back for any later score
 
 
+def test_the_scorer_places_the_memory_after_the_user_message_when_the_app_does(engine, store):
+    item = add_preference(store, "Answer in plain prose, never in lists.").item
+    seen = _Seen(engine)
+    run = MemoryRun.start(MemoryConfig(budget_tokens=128, placement="user"), engine, oracle_classifier)
+    scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_block(store))
+    scorer.score()
+    assert seen.systems == ["You are ClawDesk."]
+    (user,) = seen.users
+    assert user.startswith("Name two planets." + USER_MEMORY_HEADER) and item.text in user
+    run.result(store, scorer, [True], final_score=1.0)
+    assert seen.users[1:] == ["Name two planets."]  # score_without_memory
+
+
 def test_with_the_memory_off_nothing_is_noted_or_served(engine, store):
-    run = MemoryRun.start(MemoryConfig(enabled=False), engine, "You are ClawDesk.", oracle_classifier)
-    assert not run.on and run.served_system(store) is None and not run.changed(store, 1)
+    run = MemoryRun.start(MemoryConfig(enabled=False), engine, oracle_classifier)
+    assert not run.on and run.served_block(store) is None and not run.changed(store, 1)
     out = run.result(store, None, [True] * 3, final_score=0.5)
     assert out == {"memory": False, "sessions_to_effect": 0, "memory_items": [], "score_without_memory": 0.5}
 

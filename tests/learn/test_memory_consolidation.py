@@ -16,11 +16,11 @@ import torch
 
 from clawdesk.agent import AgentService
 from clawdesk.config import MemoryConfig, TrainConfig
-from clawdesk.judge.parse import enhanced_user_message
+from clawdesk.judge.parse import HINT_HEADER, enhanced_user_message
 from clawdesk.judge.teacher import teacher_prompt, turn_context
 from clawdesk.learn import consolidate
 from clawdesk.learn.objective import combined_loss
-from clawdesk.preferences import memory_block
+from clawdesk.preferences import USER_MEMORY_HEADER, memory_block
 from clawdesk.store.judgments import Judgment, pending_turns, save_judgment
 from clawdesk.store.prefs import (
     active_preferences,
@@ -36,9 +36,10 @@ from clawdesk.store.turn_memory import item_turns, turn_memory_block, turn_memor
 ITEM = "Answer in plain sentences, never in lists."
 
 
-def _served(engine, config, store, *, memory: bool, text: str = "Name three fruits."):
+def _served(engine, config, store, *, memory: bool, text: str = "Name three fruits.", placement: str = "system"):
     """One served turn (memory on or off) and the user's next message, so it can be judged."""
-    service = AgentService(engine, config.chat, memory=MemoryConfig(enabled=memory, budget_tokens=128))
+    memory_config = MemoryConfig(enabled=memory, budget_tokens=128, placement=placement)
+    service = AgentService(engine, config.chat, memory=memory_config)
     session = service.new_session(store)
     result = service.run_turn(store, session.id, text)
     stopped = threading.Event()
@@ -60,11 +61,12 @@ def _judge(store, engine, turn_id: int, *, reward: int, hint: str | None = None)
     return j
 
 
-def test_the_student_prompt_has_no_items_and_the_teacher_prompt_has_them(engine, config, store):
+@pytest.mark.parametrize("placement", ["system", "user"])
+def test_the_student_prompt_has_no_items_and_the_teacher_prompt_has_them(engine, config, store, placement):
     item = add_preference(store, ITEM).item
-    turn_id = _served(engine, config, store, memory=True)
+    turn_id = _served(engine, config, store, memory=True, placement=placement)
     (step,) = list_steps(store, turn_id)
-    block, _ = memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128)
+    block, _ = memory_block(active_preferences(store), lambda t: len(engine.tokenize(t)), 128, placement)
     assert turn_memory_block(store, turn_id) == block and turn_memory_items(store, turn_id) == [item.id]
     served = engine.detokenize(step.prompt_ids)
     assert ITEM in served and block in served
@@ -83,15 +85,20 @@ def test_the_student_prompt_has_no_items_and_the_teacher_prompt_has_them(engine,
     assert sample.has_hint  # an OPD signal without any hint
 
 
-def test_a_hinted_turn_served_with_items_gets_a_teacher_with_items_and_hint(engine, config, store):
+@pytest.mark.parametrize("placement", ["system", "user"])
+def test_a_hinted_turn_served_with_items_gets_a_teacher_with_items_and_hint(engine, config, store, placement):
     add_preference(store, ITEM)
-    turn_id = _served(engine, config, store, memory=True)
+    turn_id = _served(engine, config, store, memory=True, placement=placement)
     # Before m009's block was read back, the served prompt (with the block) could not be rebuilt: no teacher.
     hint = "Keep it under twenty words."
     j = _judge(store, engine, turn_id, reward=-1, hint=hint)
     assert j.enhanced_prompt_ids is not None, j.note
     teacher = engine.detokenize(j.enhanced_prompt_ids)
     assert ITEM in teacher and hint in teacher
+    if placement == "user":  # the served message with the hint inserted before its block: the served prompt + hint
+        served = engine.detokenize(list_steps(store, turn_id)[0].prompt_ids)
+        assert USER_MEMORY_HEADER in served and teacher.index(hint) < teacher.index(ITEM)
+        assert teacher.replace(HINT_HEADER + hint, "", 1) == served
     (sample,) = ready_samples(store, engine.identity.sha256)
     assert sample.teacher_prompt_ids == j.enhanced_prompt_ids and ITEM not in engine.detokenize(sample.prompt_ids)
 
