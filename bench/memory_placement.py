@@ -9,7 +9,9 @@ eval's reply cap, a fresh cache each) four ways, and each reply is checked with 
   teacher sees it (the eval's ``with_hint_score``);
 - ``system+user-reminder``: the memory block, and a one-line reminder at the end of the user message;
 - ``user-memory``: the memory block after the user message, as the chat serves it with
-  ``[memory] placement = "user"``.
+  ``[memory] placement = "user"``;
+- ``user-pref-bullet``, ``user-pref-quoted``, ``user-pref-plain``: forms tried before it, after the
+  user message under ``[user's standing preferences]``: quoted with a bullet, quoted, unquoted.
 
 Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
 
@@ -23,6 +25,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+PREF = "\n\n[user's standing preferences]"  # the header of the forms tried before the one built
+
 
 def main() -> None:
     from clawdesk.config import ChatConfig
@@ -31,7 +35,7 @@ def main() -> None:
     from clawdesk.eval.personas import load_persona
     from clawdesk.judge.parse import enhanced_user_message
     from clawdesk.models import DEMO_NAME, resolve_model
-    from clawdesk.preferences import MEMORY_HEADER, memory_block, place_memory, quote_item, with_memory
+    from clawdesk.preferences import MEMORY_HEADER, memory_block, place_memory, plain_item, quote_item, with_memory
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--personas", default="no-lists,hi-there")
@@ -45,7 +49,10 @@ def main() -> None:
     )  # fmt: skip
     system = ChatConfig().system_prompt
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    modes = ("base", "system-memory", "user-hint", "system+user-reminder", "user-memory")
+    modes = (
+        "base", "system-memory", "user-hint", "system+user-reminder", "user-memory",
+        "user-pref-bullet", "user-pref-quoted", "user-pref-plain",
+    )  # fmt: skip
     modes = tuple(m for m in modes if m in args.modes.split(",")) if args.modes else modes
     print("| persona | " + " | ".join(modes) + " | s per mode |")
     print("|" + " --- |" * (len(modes) + 2))
@@ -62,6 +69,9 @@ def main() -> None:
                 "user-hint": (system, lambda u, h=persona.hint: enhanced_user_message(u, h)),
                 "system+user-reminder": (with_memory(system, block), lambda u, r=reminder: u + r),
                 "user-memory": (system, lambda u, b=user_block: place_memory(system, u, b)[1]),
+                "user-pref-bullet": (system, lambda u, h=persona.hint: f"{u}{PREF}\n- {quote_item(h)}"),
+                "user-pref-quoted": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{quote_item(h)}"),
+                "user-pref-plain": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{plain_item(h)}"),
             }
             cells, started = [], time.monotonic()
             for mode in modes:

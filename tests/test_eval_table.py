@@ -25,8 +25,8 @@ def _run(seed: int, scores, *, memory: bool, phases=None, agreement=None) -> dic
     phases = phases or [{"personas": ["p"], "start": 0, "base_score": scores[0][1], "final_score": scores[-1][1],
                          "interactions_to_target": 1 if seed == 0 else None}]  # fmt: skip
     return {
-        "seed": seed, "scores": scores, "final_score": scores[-1][1], "interactions_to_target": phases[0][
-            "interactions_to_target"], "sessions_to_effect": 2 + seed, "memory": memory,
+        "seed": seed, "scores": scores, "final_score": scores[-1][1],
+        "interactions_to_target": 8 if seed == 0 else None, "sessions_to_effect": 2 + seed, "memory": memory,
         "score_without_memory": 0.25 * seed if memory else scores[-1][1],
         "memory_items": [{"status": "learned"}] * seed, "max_ppl_ratio": 1.01 + seed / 100,
         "kept_versions": [1, 2], "rejected_versions": [3] * seed, "judge_agreement": agreement,
@@ -55,8 +55,9 @@ def test_a_seeds_row_reads_every_seed_and_the_mean(eval_table, tmp_path):
     _write(out, {"scores": [[0, 0.25], [1, 0.75], [8, 0.75]]})  # the mean `eval --seeds` writes
     line, phases = eval_table.row(out, [0, 1, 8])
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[:8] == ["mem-on", "0 / 1", "0.25 / 0.75 / 0.75", "0.50–1.00", "1 / –", "2 / 3", "0.00 / 0.25", "0 / 1"]
-    assert cells[8:] == ["1.020", "2/0 / 2/1", "oracle", "150"] and phases == []
+    assert cells[:5] == ["mem-on", "0 / 1", "0.25 / 0.75 / 0.75", "0.50–1.00", "8 / –"]  # first score ≥ 0.8
+    assert cells[5:9] == ["1 / –", "2 / 3", "0.00 / 0.25", "0 / 1"]  # the phase's rule, sessions, memory
+    assert cells[9:] == ["1.020", "2/0 / 2/1", "oracle", "150"] and phases == []
 
 
 def test_the_cli_prints_phase_lines_for_a_scenario_and_the_self_judges_agreement(tmp_path):
