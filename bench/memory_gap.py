@@ -41,7 +41,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(home=Path(tmp), chat=ChatConfig(temperature=0.0, max_reply_tokens=64))
         store = open_store(config)
-        service = AgentService(engine, config.chat, memory=MemoryConfig(budget_tokens=128))
+        service = AgentService(engine, config.chat, memory=MemoryConfig(budget_tokens=128, placement="system"))
         print("| persona | prompts | tokens | base_gap (nats/token) | check s |")
         print("|---|---|---|---|---|")
         for name in names:

@@ -76,7 +76,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     from clawdesk.store import Store
 
     rounds = 3 if quick else 15
-    memory = MemoryConfig()
+    memory = MemoryConfig(placement="system")  # the cached placement: what memory_ttft_ratio measures
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
     # One thread: the ratio compares two prompts on the same engine, and a single thread keeps it readable on a
     # machine busy with other work (llama.cpp's threads wait on each other when the cores are oversubscribed).

@@ -22,7 +22,7 @@ from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
-from clawdesk.preferences import memory_block, place_memory
+from clawdesk.preferences import effective_placement, memory_block, place_memory
 from clawdesk.store import Session, Store
 from clawdesk.store.prefs import active_preferences
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
@@ -246,7 +246,8 @@ class _Run:
         memory = self.service.memory
         if memory is None or not memory.enabled:
             return self.session.system_prompt, self.text
-        block, shown = memory_block(active_preferences(self.store), self._count, memory.budget_tokens, memory.placement)
+        placement = effective_placement(memory.placement, self.engine.identity.is_demo)
+        block, shown = memory_block(active_preferences(self.store), self._count, memory.budget_tokens, placement)
         self.memory_block, self.memory_ids = block, [p.id for p in shown]
         return place_memory(self.session.system_prompt, self.text, block)
 

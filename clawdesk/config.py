@@ -254,7 +254,7 @@ class ToolsConfig:
             )
 
 
-MEMORY_PLACEMENTS = ("system", "user")
+MEMORY_PLACEMENTS = ("auto", "system", "user")
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,9 @@ class MemoryConfig:
     budget_tokens: int = 128  # the most prompt tokens the rendered items take; 128, not 256: README "Cost"
     # Where the items go: "system" (after the system prompt: in the cached prefix, paid once per chat)
     # or "user" (after the turn's own message, where the bundled demo model follows them: docs/learning.md
-    # "Where the memory sits"; the earlier exchange is evaluated again each turn).
-    placement: str = "system"
+    # "Where the memory sits"; the earlier exchange is evaluated again each turn). "auto": "user" on the
+    # bundled demo model (measured there), "system" on any other (Qwen3-4B: the cached prefix).
+    placement: str = "auto"
 
     def __post_init__(self) -> None:
         _check(

@@ -131,6 +131,13 @@ def memory_block(
     return ("\n".join([header, *lines]) if lines else ""), shown
 
 
+def effective_placement(placement: str, is_demo: bool) -> str:
+    """``memory.placement`` for a served model: "auto" is "user" on the bundled demo model, else "system"."""
+    if placement == "auto":
+        return "user" if is_demo else "system"
+    return placement
+
+
 def with_memory(system: str, block: str) -> str:
     """The system prompt with a system-placed memory section after it."""
     if not block:

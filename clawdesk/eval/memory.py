@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawdesk.config import MemoryConfig
-from clawdesk.preferences import HintClassifier, block_for_turn
+from clawdesk.preferences import HintClassifier, block_for_turn, effective_placement
 from clawdesk.store import Store
 from clawdesk.store.prefs import list_preferences
 
@@ -57,6 +57,7 @@ class MemoryRun:
     """One eval run's memory: whether it is on, what it noted and retired, and when (in interactions)."""
 
     config: MemoryConfig
+    placement: str  # the config's placement for the run's model ("auto" resolved)
     count_tokens: Callable[[str], int]
     classify: HintClassifier | None
     created: dict[int, int] = field(default_factory=dict)  # item id → interaction after which it was noted
@@ -65,7 +66,8 @@ class MemoryRun:
 
     @classmethod
     def start(cls, config: MemoryConfig, engine, classify: HintClassifier | None) -> MemoryRun:
-        return cls(config, lambda text: len(engine.tokenize(text)), classify)
+        placement = effective_placement(config.placement, engine.identity.is_demo)
+        return cls(config, placement, lambda text: len(engine.tokenize(text)), classify)
 
     @property
     def on(self) -> bool:
@@ -75,8 +77,7 @@ class MemoryRun:
         """The held-out scorer's memory block, as a chat would get it now (None: the memory is off)."""
         if not self.on:
             return None
-        cfg = self.config
-        return lambda: block_for_turn(store, self.count_tokens, cfg.budget_tokens, cfg.placement)
+        return lambda: block_for_turn(store, self.count_tokens, self.config.budget_tokens, self.placement)
 
     def changed(self, store: Store, interaction: int) -> bool:
         """Record new and retired items after ``interaction``; whether the items in the prompt changed."""

@@ -88,7 +88,7 @@ class _Seen:
 def test_the_scorer_serves_the_memory_and_score_without_memory_removes_it(engine, store):
     item = add_preference(store, "Answer in plain prose, never in lists.").item
     seen = _Seen(engine)
-    run = MemoryRun.start(MemoryConfig(budget_tokens=128), engine, oracle_classifier)
+    run = MemoryRun.start(MemoryConfig(budget_tokens=128, placement="system"), engine, oracle_classifier)
     run.changed(store, 3)
     scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_block(store))
     scorer.score()
@@ -107,7 +107,9 @@ def test_the_scorer_serves_the_memory_and_score_without_memory_removes_it(engine
 def test_the_scorer_places_the_memory_after_the_user_message_when_the_app_does(engine, store):
     item = add_preference(store, "Answer in plain prose, never in lists.").item
     seen = _Seen(engine)
-    run = MemoryRun.start(MemoryConfig(budget_tokens=128, placement="user"), engine, oracle_classifier)
+    assert engine.identity.is_demo  # "auto" on the demo model is "user", as the app's chats get it
+    run = MemoryRun.start(MemoryConfig(budget_tokens=128), engine, oracle_classifier)
+    assert run.placement == "user"
     scorer = Scorer(seen, _Target(), "You are ClawDesk.", 8, memory=run.served_block(store))
     scorer.score()
     assert seen.systems == ["You are ClawDesk."]

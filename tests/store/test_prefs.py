@@ -18,7 +18,7 @@ import pytest
 
 from clawdesk.agent import AgentService
 from clawdesk.backup import create_backup, restore_backup
-from clawdesk.config import Config, JudgeConfig, MemoryConfig
+from clawdesk.config import MEMORY_PLACEMENTS, Config, JudgeConfig, MemoryConfig
 from clawdesk.errors import ConfigError, InputError, NotFoundError
 from clawdesk.judge.parse import HINT_HEADER
 from clawdesk.judge.runner import Judge
@@ -27,6 +27,7 @@ from clawdesk.preferences import (
     MEMORY_HEADER,
     USER_MEMORY_HEADER,
     block_for_turn,
+    effective_placement,
     memory_block,
     note_hint,
     place_memory,
@@ -318,13 +319,14 @@ def test_an_item_cannot_open_a_message_or_a_special_token_in_the_real_template(e
 
 def test_turns_carry_the_memory_in_their_served_prompt_only_when_it_is_on(engine, config, store):
     add_preference(store, f"Mention {MARKER} once.")
-    on = AgentService(engine, config.chat, memory=MemoryConfig(budget_tokens=128))
+    on = AgentService(engine, config.chat, memory=MemoryConfig(budget_tokens=128, placement="system"))
     session = on.new_session(store)
     turn = store.get_turn(on.run_turn(store, session.id, "Hi").turn_id)
     prompt_ids, _ = store.turn_tokens(turn.id)
     assert f'"Mention {MARKER} once."' in engine.detokenize(prompt_ids)
     assert session.system_prompt == store.get_session(session.id).system_prompt  # the chat's own prompt is unchanged
-    placed = AgentService(engine, config.chat, memory=MemoryConfig(placement="user"))
+    assert engine.identity.is_demo  # the default "auto" places the items after the message on the demo model
+    placed = AgentService(engine, config.chat, memory=MemoryConfig())
     user_turn = store.get_turn(placed.run_turn(store, placed.new_session(store).id, "Hi").turn_id)
     text = engine.detokenize(store.turn_tokens(user_turn.id)[0])
     assert f"Hi{USER_MEMORY_HEADER}\nMention {MARKER} once." in text  # after the message, unquoted, not in the system
@@ -353,8 +355,16 @@ def test_memory_config_is_validated(home):
     (home / "config.toml").write_text("[memory]\nenabled = false\nbudget_tokens = 64\n")
     assert load_config(home).memory == MemoryConfig(enabled=False, budget_tokens=64)
     (home / "config.toml").write_text('[memory]\nplacement = "end"\n')
-    with pytest.raises(ConfigError, match=r"memory\.placement must be one of system, user, got 'end'"):
+    with pytest.raises(ConfigError, match=r"memory\.placement must be one of auto, system, user, got 'end'"):
         load_config(home)
+    assert [effective_placement(p, demo) for p in MEMORY_PLACEMENTS for demo in (True, False)] == [
+        "user",
+        "system",
+        "system",
+        "system",
+        "user",
+        "user",
+    ]  # auto: user on the demo model only; an explicit choice is kept
     assert dataclasses.replace(Config(home=home)).memory == MemoryConfig()
 
 
