@@ -5,9 +5,10 @@
   not. Which is which is decided by a :class:`HintClassifier` the caller injects (the judge's);
   "unsure" items are kept, and the person is told so they can undo it (the TUI's toast).
 - :func:`memory_block` renders the active items for a turn's prompt, within a token budget, pinned
-  first then newest first, each quoted on one line so that its text is read as a preference about
-  replies, never as instructions or chat-template markup; :func:`place_memory` puts the block after
-  the system prompt or after the turn's user message (``memory.placement``).
+  first then newest first, each on one line (JSON-quoted after the system prompt, plain after the
+  user's own message) so that its text is read as a preference about replies, never as
+  instructions or chat-template markup; :func:`place_memory` puts the block after the system
+  prompt or after the turn's user message (``memory.placement``).
 
 The table and its rules (learnable turns only, a same-topic item replaces the older one) are
 :mod:`clawdesk.store.prefs`'. Nothing here imports textual, a model or the judge.
