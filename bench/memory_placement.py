@@ -10,6 +10,10 @@ eval's reply cap, a fresh cache each) four ways, and each reply is checked with 
 - ``system+user-reminder``: the memory block, and a one-line reminder at the end of the user message;
 - ``user-memory``: the memory block after the user message, as the chat serves it with
   ``[memory] placement = "user"``;
+- ``user-prefix``: the memory block's items *before* the user message, under the same header (a
+  prefix every new chat shares, so the engine's cache can keep it);
+- ``memory-turn``: the items as an earlier exchange (the user states them, the assistant
+  acknowledges), also a shared prefix;
 - ``user-pref-bullet``, ``user-pref-quoted``, ``user-pref-plain``: forms tried before it, after the
   user message under ``[user's standing preferences]``: quoted with a bullet, quoted, unquoted.
 
@@ -25,12 +29,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+ACK = "Understood. I will follow this in my replies."  # memory-turn's acknowledgement
 PREF = "\n\n[user's standing preferences]"  # the header of the forms tried before the one built
 
 
 def main() -> None:
     from clawdesk.config import ChatConfig
     from clawdesk.engine import Engine
+    from clawdesk.engine.prompt import Exchange
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona
     from clawdesk.judge.parse import enhanced_user_message
@@ -50,8 +56,8 @@ def main() -> None:
     system = ChatConfig().system_prompt
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     modes = (
-        "base", "system-memory", "user-hint", "system+user-reminder", "user-memory",
-        "user-pref-bullet", "user-pref-quoted", "user-pref-plain",
+        "base", "system-memory", "user-hint", "system+user-reminder", "user-memory", "user-prefix",
+        "memory-turn", "user-pref-bullet", "user-pref-quoted", "user-pref-plain",
     )  # fmt: skip
     modes = tuple(m for m in modes if m in args.modes.split(",")) if args.modes else modes
     print("| persona | " + " | ".join(modes) + " | s per mode |")
@@ -69,6 +75,8 @@ def main() -> None:
                 "user-hint": (system, lambda u, h=persona.hint: enhanced_user_message(u, h)),
                 "system+user-reminder": (with_memory(system, block), lambda u, r=reminder: u + r),
                 "user-memory": (system, lambda u, b=user_block: place_memory(system, u, b)[1]),
+                "user-prefix": (system, lambda u, b=user_block: f"{b.strip()}\n\n{u}"),
+                "memory-turn": (system, lambda u: u),
                 "user-pref-bullet": (system, lambda u, h=persona.hint: f"{u}{PREF}\n- {quote_item(h)}"),
                 "user-pref-quoted": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{quote_item(h)}"),
                 "user-pref-plain": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{plain_item(h)}"),
@@ -76,10 +84,11 @@ def main() -> None:
             cells, started = [], time.monotonic()
             for mode in modes:
                 sys_prompt, user = prompts[mode]
+                history = [Exchange(user=user_block.strip(), assistant=ACK)] if mode == "memory-turn" else []
                 ok = 0
                 for question in persona.heldout:
                     room = args.max_tokens
-                    built = engine.build_prompt(sys_prompt, [], user(question), thinking=False, reply_room=room)
+                    built = engine.build_prompt(sys_prompt, history, user(question), thinking=False, reply_room=room)
                     engine.reset_cache()  # each reply from a fresh cache: reproducible greedy replies
                     ok += persona.satisfies(engine.generate(built.token_ids, params).content)
                 cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)})")

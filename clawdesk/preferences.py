@@ -1,8 +1,8 @@
 """The preference memory in use: a judge's hint becomes an item, and items become part of the prompt.
 
 - :func:`note_hint` is called where the judge saves a judgment with an accepted hint: a *standing*
-  hint (how replies should be in general) becomes a preference item, a one-off correction does
-  not. Which is which is decided by a :class:`HintClassifier` the caller injects (the judge's);
+  hint (how replies should be in general) becomes a preference item, a one-off correction or
+  praise does not. Which is which is decided by a :class:`HintClassifier` the caller injects (the judge's);
   "unsure" items are kept, and the person is told so they can undo it (the TUI's toast).
 - :func:`memory_block` renders the active items for a turn's prompt, within a token budget, pinned
   first then newest first, each on one line (JSON-quoted after the system prompt, plain after the
@@ -25,8 +25,9 @@ from typing import Literal, Protocol
 from clawdesk.store import Store
 from clawdesk.store.prefs import Preference, Replaces, active_preferences, add_preference, same_topic, turn_is_learnable
 
-HintKind = Literal["standing", "one-off", "unsure"]
-HINT_KINDS: tuple[str, ...] = ("standing", "one-off", "unsure")
+HintKind = Literal["standing", "one-off", "praise", "unsure"]
+HINT_KINDS: tuple[str, ...] = ("standing", "one-off", "praise", "unsure")
+NOT_KEPT: tuple[str, ...] = ("one-off", "praise")  # a correction of one reply, or thanks that ask for nothing
 
 
 class HintClassifier(Protocol):
@@ -66,7 +67,7 @@ def note_hint(
     kind = classify(hint, request, next_message)
     if kind not in HINT_KINDS:
         raise ValueError(f"a hint classifier answered {kind!r}; expected one of {HINT_KINDS}")
-    if kind == "one-off":
+    if kind in NOT_KEPT:
         return None
     added = add_preference(store, hint, source_turn_id=source_turn_id, judged_turn_id=judged_turn_id, replaces=replaces)
     if added is None or not added.new:

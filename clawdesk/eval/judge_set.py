@@ -21,8 +21,10 @@ Each line may name its ``kind`` (default ``turn``); a file may mix kinds, and ``
   model with the tool framings otherwise. *Clear* tool cases are the ones the model judges
   (categories ``worked`` and ``hidden-failure``: every call ``ok``).
 - ``standing`` (``assets/judge-set-standing.jsonl``): ``id, category, request, next, hint,
-  label`` (``standing`` or ``one-off``): :func:`clawdesk.judge.standing.classify_hint` on the
-  accepted hint; ``unsure`` counts as wrong in the accuracy and is reported on its own.
+  label`` (``standing``, ``one-off`` or ``praise``): :func:`clawdesk.judge.standing.classify_hint` on
+  the accepted hint; ``unsure`` counts as wrong in the accuracy and is reported on its own. The
+  *keep accuracy* is what the memory does with the call: it keeps a standing or unsure hint and
+  drops the others, so a one-off taken for praise is wrong in the accuracy but right there.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from clawdesk.judge.standing import LABELS as STANDING_LABELS
 from clawdesk.judge.standing import classify_hint_votes
 from clawdesk.judge.tool_steps import next_state as tool_next_state
 from clawdesk.judge.vote import NextState
+from clawdesk.preferences import NOT_KEPT
 from clawdesk.store.steps import ToolCallRecord
 
 CLEAR = {"thanks", "moving-on", "building-on", "redo", "correction", "complaint"}
@@ -87,8 +90,8 @@ def _case_problem(case: dict[str, Any]) -> str | None:
     if missing := sorted(_KEYS[kind] - set(case)):
         return f"missing key(s) {', '.join(missing)}"
     if kind == "standing":
-        if case["label"] not in ("standing", "one-off"):
-            return "label of a standing case must be standing or one-off"
+        if case["label"] not in STANDING_LABELS:
+            return "label of a standing case must be " + ", ".join(STANDING_LABELS[:-1]) + f" or {STANDING_LABELS[-1]}"
         return None if str(case["hint"]).strip() else "hint is empty"
     if case["label"] not in LABELS or not isinstance(case["directive"], bool):
         return "label must be 1, 0 or -1 and directive true or false"
@@ -157,13 +160,16 @@ def _classified(judge, case: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": case["id"], "category": case["category"], "label": case["label"], "kind": found.kind,
         "margins": [round(m, 3) for m in found.margins],
+        "praise_margin": None if found.praise_margin is None else round(found.praise_margin, 3),
     }  # fmt: skip
 
 
 def summarize_standing(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """Accuracy of the standing/one-off classifier (``unsure`` counts as wrong), its unsure rate,
-    the accuracy on the cases it decided, and the 2×3 confusion matrix (label → decided kind)."""
+    """Accuracy of the standing/one-off/praise classifier (``unsure`` counts as wrong), its unsure
+    rate, the accuracy on the cases it decided, the keep accuracy (kept, i.e. standing or unsure,
+    exactly when the label is standing) and the confusion matrix (label → decided kind)."""
     decided = [r for r in rows if r["kind"] != "unsure"]
+    kept_right = [(r["kind"] not in NOT_KEPT) == (r["label"] == "standing") for r in rows]  # as note_hint keeps
     confusion = {a: {b: 0 for b in (*STANDING_LABELS, "unsure")} for a in STANDING_LABELS}
     for r in rows:
         confusion[r["label"]][r["kind"]] += 1
@@ -172,6 +178,7 @@ def summarize_standing(rows: list[dict[str, Any]], seconds: float) -> dict[str, 
         "accuracy": sum(r["kind"] == r["label"] for r in rows) / len(rows) if rows else None,
         "decided_accuracy": sum(r["kind"] == r["label"] for r in decided) / len(decided) if decided else None,
         "unsure_rate": (len(rows) - len(decided)) / len(rows) if rows else None,
+        "keep_accuracy": sum(kept_right) / len(rows) if rows else None,
         "confusion": confusion,
         "seconds_per_case": seconds / len(rows) if rows else None,
         "cases": rows,
@@ -223,7 +230,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", f"tool steps: {tools['n_cases']} cases (clear = the model judges: every call ok)"]
         lines += _format_judged(tools, "tool-step accuracy")
     if standing := report.get("standing"):
-        lines += ["", f"standing vs one-off hints: {standing['n_cases']} cases", *_format_standing(standing)]
+        lines += ["", f"standing, one-off or praise hints: {standing['n_cases']} cases", *_format_standing(standing)]
     return "\n".join(lines)
 
 
@@ -257,9 +264,10 @@ def _format_standing(report: dict[str, Any]) -> list[str]:
         f"accuracy             {_pct(report['accuracy'])}  (unsure counts as wrong)",
         f"unsure rate          {_pct(report['unsure_rate'])}",
         f"accuracy, decided    {_pct(report['decided_accuracy'])}",
+        f"keep accuracy        {_pct(report['keep_accuracy'])}  (kept: standing or unsure; right if labelled standing)",
         f"seconds per case     {report['seconds_per_case']:.2f}",
         "",
-        "confusion (rows: label, columns: decided)   standing  one-off  unsure",
+        "confusion (rows: label, columns: decided)" + "".join(f"{k:>9}" for k in (*STANDING_LABELS, "unsure")),
     ]
     for label, row in report["confusion"].items():
         lines.append(f"  {label:<41}" + "".join(f"{row[k]:9d}" for k in row))

@@ -1,21 +1,25 @@
-"""Standing or one-off: does an accepted hint say how replies should be *in general*?
+"""Standing, one-off or praise: does an accepted hint say how replies should be *in general*?
 
 A hint the judge accepted is the user's own words ("Keep answers short", "I meant Paris,
 France"). The preference memory keeps only the *standing* ones (how every reply should be);
-a *one-off* correction fixes this one reply and must not follow the user into other chats.
+a *one-off* correction fixes this one reply and must not follow the user into other chats, and
+*praise* ("Lovely, that reads really naturally.") asks for nothing: the demo judge scores some
+praise −1 with a hint, and such an item then sat in every prompt (docs/learning.md).
 :func:`classify_hint` decides with the engine, the channel way (:mod:`clawdesk.judge.channel`):
-the hint is scored as the continuation of two framings, ::
+the hint is scored as the continuation of three framings, ::
 
     A user asked an assistant: {request}
     The user stated a general preference for all future answers: <hint>     log p = s
     The user corrected a detail of this one answer: <hint>                    log p = o
+    The user liked the answer and replied: <hint>                             log p = r
 
-and vote i uses the i-th paraphrase of each (``clawdesk/judge/prompts/standing_v1.txt``). Both
+and vote i uses the i-th paraphrase of each (``clawdesk/judge/prompts/standing_v2.txt``). The
 framings score the same tokens, so what decides is how well each account explains the user's
-words. The result is the sign of the mean margin over the votes, ``"standing"`` or ``"one-off"``,
-or ``"unsure"`` when it is within :data:`UNSURE_MARGIN` nats of zero (the caller lets the user
-decide).
-Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``.
+words. Praise when the mean of r beats the means of s and o; otherwise the sign of the mean
+margin s − o over the votes, ``"standing"`` or ``"one-off"``, or ``"unsure"`` when it is within
+:data:`UNSURE_MARGIN` nats of zero (the caller lets the user decide).
+Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``, and on the shipped
+personas' feedback (held out) by ``bench/hint_kinds.py``.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from clawdesk.engine import Engine
 from clawdesk.errors import InputError, JudgeError
 from clawdesk.judge.channel import context, continuation, load_template
 
-HintKind = Literal["standing", "one-off", "unsure"]
-TEMPLATE = "standing_v1.txt"
-VERSION = "standing-v1-channel"
-LABELS = ("standing", "one-off")
+HintKind = Literal["standing", "one-off", "praise", "unsure"]
+TEMPLATE = "standing_v2.txt"
+VERSION = "standing-v2-channel"
+LABELS = ("standing", "one-off", "praise")
 DEFAULT_VOTES = 3  # when given a bare engine (a judge brings its own judge.votes)
 # Below this mean margin (nats) between the two framings the classifier says "unsure": a small
 # model's margins near zero are noise, and an unsure hint costs the user one question, while a
@@ -48,10 +52,12 @@ class _LogprobJudge(Protocol):
 
 @dataclass(frozen=True)
 class HintClass:
-    """The decision with its evidence: per vote, log p(standing framing) − log p(one-off framing)."""
+    """The decision with its evidence: per vote, log p(standing framing) − log p(one-off framing); and
+    mean log p(praise) − the larger of the other two means (> 0: praise)."""
 
     kind: HintKind
     margins: tuple[float, ...]
+    praise_margin: float | None = None
 
     @property
     def mean_margin(self) -> float:
@@ -61,7 +67,7 @@ class HintClass:
 def classify_hint(
     engine_or_judge: Engine | _LogprobJudge, hint_text: str, request: str, next_message: str = ""
 ) -> HintKind:
-    """``"standing"``, ``"one-off"`` or ``"unsure"`` for an accepted hint (see the module docstring).
+    """``"standing"``, ``"one-off"``, ``"praise"`` or ``"unsure"`` for an accepted hint (see the module docstring).
 
     ``engine_or_judge``: a :class:`~clawdesk.judge.runner.Judge` (its calls yield to the chat and
     stop with it, :class:`~clawdesk.judge.runner.JudgeInterrupted`; ``judge.votes`` votes) or a
@@ -86,20 +92,29 @@ def classify_hint_votes(
     if extra and extra != " ".join(hint_text.split()):
         prefix += f"The user wrote: {continuation(extra).strip()}\n"
     cont = continuation(hint_text)
-    margins = tuple(
-        score(prefix + frames.framing("standing", i), cont) - score(prefix + frames.framing("one-off", i), cont)
-        for i in range(votes)
-    )
-    return HintClass(decide(margins), margins)
+    found = {label: [score(prefix + frames.framing(label, i), cont) for i in range(votes)] for label in LABELS}
+    margins = tuple(s - o for s, o in zip(found["standing"], found["one-off"], strict=True))
+    mean = {label: sum(values) / votes for label, values in found.items()}
+    praise_margin = mean["praise"] - max(mean["standing"], mean["one-off"])
+    return HintClass(decide(margins, praise_margin), margins, praise_margin)
 
 
-def decide(margins: Sequence[float], unsure_margin: float = UNSURE_MARGIN) -> HintKind:
-    """The kind the per-vote margins give: the sign of their mean, ``unsure`` within ``unsure_margin`` of 0.
+def decide(
+    margins: Sequence[float], praise_margin: float | None = None, unsure_margin: float = UNSURE_MARGIN
+) -> HintKind:
+    """The kind the per-vote margins give: ``praise`` when ``praise_margin`` > 0, else the sign of the
+    margins' mean, ``unsure`` within ``unsure_margin`` of 0.
+
+    Praise needs no margin of its own: a one-off taken for praise costs nothing (neither makes an
+    item), and on the held-out persona feedback 2 of 55 corrections were taken for praise against
+    48 of 58 thanks (docs/learning.md).
 
     The mean, not a majority of signs: one paraphrase pair often leans hard one way on its own
     (a margin of 10 nats for one vote and −2 for another), and the mean weighs how sure each is."""
     if not margins:
         raise ValueError("decide() needs at least one vote")
+    if praise_margin is not None and praise_margin > 0:
+        return "praise"
     mean = sum(margins) / len(margins)
     if abs(mean) < unsure_margin:
         return "unsure"

@@ -62,7 +62,8 @@ def test_the_shipped_standing_set_is_balanced():
     cases = _shipped("judge-set-standing.jsonl")
     assert len(cases) >= 30 and len({c["id"] for c in cases}) == len(cases)
     labels = Counter(c["label"] for c in cases)
-    assert set(labels) == {"standing", "one-off"} and abs(labels["standing"] - labels["one-off"]) <= 2
+    assert set(labels) == {"standing", "one-off", "praise"} and abs(labels["standing"] - labels["one-off"]) <= 2
+    assert labels["praise"] >= 10  # thanks the demo judge may take for a hint (docs/learning.md)
 
 
 def test_every_shipped_set_loads():
@@ -105,7 +106,7 @@ def test_a_bad_tool_case_is_named_by_line_and_key(tmp_path, change, needle):
 
 
 @pytest.mark.parametrize(
-    "change, needle", [({"label": "maybe"}, "standing or one-off"), ({"hint": " "}, "hint is empty")]
+    "change, needle", [({"label": "maybe"}, "standing, one-off or praise"), ({"hint": " "}, "hint is empty")]
 )
 def test_a_bad_standing_case_is_named(tmp_path, change, needle):
     path = tmp_path / "set.jsonl"
@@ -154,17 +155,23 @@ def test_summarize_standing_counts_unsure_as_wrong_and_reports_it():
         {"label": "one-off", "kind": "one-off"},
         {"label": "one-off", "kind": "standing"},
         {"label": "one-off", "kind": "one-off"},
+        {"label": "one-off", "kind": "praise"},  # wrong, but the memory drops it as it should
+        {"label": "praise", "kind": "praise"},
+        {"label": "praise", "kind": "unsure"},  # kept: the memory's error
     ]
-    report = summarize_standing(rows, 10.0)
-    assert report["accuracy"] == 3 / 5 and report["decided_accuracy"] == 3 / 4 and report["unsure_rate"] == 1 / 5
+    report = summarize_standing(rows, 16.0)
+    assert report["accuracy"] == 4 / 8 and report["decided_accuracy"] == 4 / 6 and report["unsure_rate"] == 2 / 8
+    assert report["keep_accuracy"] == 6 / 8  # wrong: the one-off taken for standing, the praise left unsure
     assert report["confusion"] == {
-        "standing": {"standing": 1, "one-off": 0, "unsure": 1},
-        "one-off": {"standing": 1, "one-off": 2, "unsure": 0},
+        "standing": {"standing": 1, "one-off": 0, "praise": 0, "unsure": 1},
+        "one-off": {"standing": 1, "one-off": 2, "praise": 1, "unsure": 0},
+        "praise": {"standing": 0, "one-off": 0, "praise": 1, "unsure": 1},
     }
     text = "\n".join(
         format_report({"n_cases": 0, "model": "m", "method": "channel", "votes": 3, "standing": report}).splitlines()
     )
-    assert "standing vs one-off hints: 5 cases" in text and "turns:" not in text
+    assert "standing, one-off or praise hints: 8 cases" in text and "turns:" not in text
+    assert "keep accuracy         0.75" in text
 
 
 @pytest.mark.parametrize(
@@ -178,7 +185,14 @@ def test_summarize_standing_counts_unsure_as_wrong_and_reports_it():
     ],
 )
 def test_decide_is_the_sign_of_the_mean_margin_with_an_unsure_band(margins, kind):
-    assert standing.decide(margins, 0.25) == kind
+    assert standing.decide(margins, unsure_margin=0.25) == kind
+    assert standing.decide(margins, -0.01, unsure_margin=0.25) == kind  # praise explains the words less well
+
+
+@pytest.mark.parametrize("margins", [(5.0, 5.0), (-5.0,), (0.0,)])
+def test_praise_that_explains_the_words_best_wins_over_any_margin(margins):
+    assert standing.decide(margins, 0.01) == "praise"
+    assert standing.decide(margins, 0.0) != "praise"  # a tie is not praise
 
 
 def test_decide_needs_a_vote():
@@ -202,8 +216,16 @@ def test_classify_hint_tells_a_standing_preference_from_a_one_off_on_the_demo_mo
     assert standing.classify_hint(judge, "Use the 24-hour clock with me, always.", "When does the pharmacy close?") in (
         "standing",
         "one-off",
+        "praise",
         "unsure",
     )
+
+
+def test_classify_hint_takes_thanks_for_praise_on_the_demo_model(engine):
+    thanks = standing.classify_hint_votes(engine, "Awesome, I love it, thanks a lot!", "Suggest a name for my cat.")
+    assert thanks.kind == "praise" and thanks.praise_margin > 0
+    wish = standing.classify_hint_votes(engine, "Please answer me in German from now on.", "What is a star?")
+    assert wish.kind == "standing" and wish.praise_margin < 0
     with pytest.raises(InputError):
         standing.classify_hint(engine, "  ", "Hi")
 
@@ -237,7 +259,7 @@ def test_eval_judge_set_reports_turns_tool_steps_and_standing_cases(tmp_path, de
     assert main(["eval", "--judge-set", str(path), "--model", str(demo_gguf), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "turns: 1 cases" in out and "tool steps: 2 cases" in out and "tool-step accuracy" in out
-    assert "standing vs one-off hints: 1 cases" in out
+    assert "standing, one-off or praise hints: 1 cases" in out
     report = json.loads((tmp_path / "out" / "judge-set.json").read_text())
     assert report["n_cases"] == 1 and report["files"] == [str(path)]
     tools = report["tool_steps"]

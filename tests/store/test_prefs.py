@@ -195,6 +195,7 @@ def test_incognito_learning_off_and_vetoed_turns_never_make_an_item(store):
 def test_standing_and_unsure_hints_become_items_one_offs_do_not(store):
     a, b, c, d = _chat(store, "one", "two", "three", "four")
     assert _note(store, Classifier("one-off"), a, b, hint="I meant Paris, France.") is None
+    assert _note(store, Classifier("praise"), a, b, hint="Lovely, that reads really naturally.") is None
     standing = _note(store, Classifier("standing"), b, c)
     assert standing.kind == "standing" and standing.item.source_turn_id == c and standing.item.judged_turn_id == b
     unsure = _note(store, Classifier("unsure"), c, d, hint="Answer in French.")

@@ -1,0 +1,73 @@
+"""How the standing classifier sorts the shipped personas' own feedback: held out from its judge set.
+
+Every shipped persona's ``satisfied`` messages are thanks ("Lovely, that reads really naturally.")
+and should come out ``praise`` (no memory item); its ``unsatisfied`` messages are corrections
+("Please don't use lists.") and should not (the memory keeps ``standing`` and ``unsure`` ones).
+The self-judged eval showed why this matters: the demo judge scored some thanks −1 with a hint,
+and the classifier of the time kept them as preferences. None of these messages was used to
+write the framings (``clawdesk/judge/prompts/standing_v2.txt``); they were tuned on the praise
+cases of ``assets/judge-set-standing.jsonl``.
+
+Each message is classified as the app does (:func:`clawdesk.judge.standing.classify_hint_votes`,
+bare demo engine, 3 votes), with the persona's i-th training prompt as the request. Prints a
+markdown row per persona and the totals; about 7 minutes on one thread.
+
+    python bench/hint_kinds.py [--threads 1] [--personas no-lists,brief]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+KINDS = ("standing", "unsure", "one-off", "praise")
+
+
+def main() -> None:
+    from clawdesk.engine import Engine
+    from clawdesk.eval.personas import load_persona, shipped_personas
+    from clawdesk.judge.standing import classify_hint_votes
+    from clawdesk.models import DEMO_NAME, resolve_model
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
+    parser.add_argument("--personas", default="", help="comma-separated names (default: every shipped persona)")
+    args = parser.parse_args()
+    names = [n for n in args.personas.split(",") if n] or [p.stem for p in shipped_personas()]
+    engine = Engine.load(
+        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
+        n_threads=args.threads,
+    )  # fmt: skip
+    totals = {"satisfied": Counter(), "unsatisfied": Counter()}
+    header = " / ".join(KINDS)
+    print(f"| persona | thanks → {header} | corrections → {header} |")
+    print("| --- | --- | --- |")
+    try:
+        for name in names:
+            persona = load_persona(name)
+            cells = []
+            for side, messages in (("satisfied", persona.satisfied), ("unsatisfied", persona.unsatisfied)):
+                found = Counter()
+                for i, message in enumerate(messages):
+                    request = persona.prompts[i % len(persona.prompts)]
+                    found[classify_hint_votes(engine, message, request, message).kind] += 1
+                totals[side].update(found)
+                cells.append(" / ".join(str(found[k]) for k in KINDS))
+            print(f"| `{name}` | {cells[0]} | {cells[1]} |", flush=True)
+    finally:
+        engine.close()
+    thanks, corrections = totals["satisfied"], totals["unsatisfied"]
+    print(
+        f"| **all** | {' / '.join(str(thanks[k]) for k in KINDS)} | {' / '.join(str(corrections[k]) for k in KINDS)} |"
+    )
+    n_thanks, n_corr = sum(thanks.values()), sum(corrections.values())
+    print(
+        f"\nthanks dropped (praise or one-off): {thanks['praise'] + thanks['one-off']}/{n_thanks}; "
+        f"corrections taken for praise: {corrections['praise']}/{n_corr}; "
+        f"corrections kept (standing or unsure): {corrections['standing'] + corrections['unsure']}/{n_corr}"
+    )
+
+
+if __name__ == "__main__":
+    main()
