@@ -79,7 +79,9 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
     # The cached placement by default: what memory_ttft_ratio measures. CLAWDESK_BENCH_MEMORY_PLACEMENT=user
     # measures the items after the message instead (the demo model's "auto"): not in the cached prefix.
     placement = os.environ.get("CLAWDESK_BENCH_MEMORY_PLACEMENT", "system")
-    memory = MemoryConfig(placement=placement)
+    # CLAWDESK_BENCH_MEMORY_BUDGET=32 fills a smaller memory (about two items), what one correction costs.
+    budget = int(os.environ.get("CLAWDESK_BENCH_MEMORY_BUDGET", MemoryConfig().budget_tokens))
+    memory = MemoryConfig(placement=placement, budget_tokens=budget)
     model = resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True)
     # One thread: the ratio compares two prompts on the same engine, and a single thread keeps it readable on a
     # machine busy with other work (llama.cpp's threads wait on each other when the cores are oversubscribed).

@@ -91,7 +91,10 @@ def _list(store, config: Config, *, show_removed: bool) -> int:
         created, learned = (_minute(t) for t in (p.created_at, p.learned_at))
         print(f"{p.id:>4}  {p.status:<7}  {pin:<3}  {source:<9}  {created:<16}  {learned:<16}  {text}")
     if any(p.status == "learned" for p in items):
-        print("learned: the adapter carries it (measured after training), so it left the prompt; it comes back if not")
+        print(
+            "learned: the adapter carries it (measured after training), so it left the prompt; it comes back if not,"
+            " unless you stated a related preference since (then F8 puts it back: r to remove, r to restore)"
+        )
     return 0
 
 

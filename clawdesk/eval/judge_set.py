@@ -267,7 +267,7 @@ def _format_standing(report: dict[str, Any]) -> list[str]:
         f"keep accuracy        {_pct(report['keep_accuracy'])}  (kept: standing or unsure; right if labelled standing)",
         f"seconds per case     {report['seconds_per_case']:.2f}",
         "",
-        "confusion (rows: label, columns: decided)" + "".join(f"{k:>9}" for k in (*STANDING_LABELS, "unsure")),
+        f"{'confusion (rows: label, columns: decided)':<43}" + "".join(f"{k:>9}" for k in (*STANDING_LABELS, "unsure")),
     ]
     for label, row in report["confusion"].items():
         lines.append(f"  {label:<41}" + "".join(f"{row[k]:9d}" for k in row))

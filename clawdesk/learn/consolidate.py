@@ -24,7 +24,9 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
 - a ready version has trained on at least one of its turns.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
-is active again.
+is active again, unless an item on a related topic was noted after it was learned: that one may
+reverse it, so the old item is *held* out of the prompt
+(:func:`~clawdesk.store.prefs.newer_related`; the reverse-paragraphs scenario put both back).
 
 Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
@@ -40,7 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from clawdesk.store.log import Store
-from clawdesk.store.prefs import get_preference, list_preferences, mark_learned
+from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follo
 
 @dataclass(frozen=True)
 class ItemCheck:
-    """One item's check after one version; ``decision``: 'learned', 'active' (returned), 'kept' or 'skipped'."""
+    """One item's check after one version; ``decision``: 'learned', 'active' (returned), 'kept', 'skipped', or
+    'held' (lost by the weights, but kept out of the prompt beside the newer related item ``held_by``)."""
 
     item_id: int
     status: str  # before the check
@@ -66,6 +69,7 @@ class ItemCheck:
     gap: float | None  # mean teacher − adapter log-prob per token; None: no turn to measure on
     base_gap: float | None  # mean teacher − base log-prob per token (the item's effect before training)
     decision: str
+    held_by: int | None = None
 
     def record(self) -> dict:
         return asdict(self)
@@ -109,20 +113,28 @@ def check_items(
         n = sum(len(r) for r in replies)
         gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
+        held_by = None
         if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
             decision = "learned"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
-            decision = "active"
+            newer = newer_related(store, item)
+            decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision))
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by))
     return out
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
-    """Mark the items the checks decided on; returns one line per change, for the progress report."""
+    """Mark the items the checks decided on; returns a line per change and per held item, for the progress report."""
     lines = []
     for c in checks:
+        if c.decision == "held":
+            lines.append(
+                f"preference #{c.item_id} is no longer carried by the weights (gap {c.gap:.3f} nats/token), but stays "
+                f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
+            )
+            continue
         if c.decision not in ("learned", "active"):
             continue
         if get_preference(store, c.item_id).status != c.status:

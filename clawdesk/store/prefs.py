@@ -5,7 +5,8 @@ sentences"): made from a hint the judge accepted (:mod:`clawdesk.preferences` de
 are standing preferences) or added by hand (``clawdesk prefs add``). Active items go into the system
 prompt of every new turn; *learned* ones left the prompt because the adapter carries them (marked
 by the learned check after training, :mod:`clawdesk.learn.consolidate`; back to active when a later
-version no longer does); *removed* ones stay listed but are never rendered.
+version no longer does, unless a newer related item may have reversed it: :func:`newer_related`);
+*removed* ones stay listed but are never rendered.
 
 Rules kept here, once:
 
@@ -103,6 +104,36 @@ def same_topic(new: str, old: str) -> bool:
     shared = len(a & b)
     smaller = min(len(a), len(b))
     return shared / smaller >= 0.6 and (shared >= 2 or smaller == 1)
+
+
+def related_topic(new: str, old: str) -> bool:
+    """Whether two items share at least two content words: looser than :func:`same_topic`, which
+    replaces; this only keeps a learned item from coming back beside a newer one (:func:`newer_related`).
+
+    The shipped reversal one-paragraph → several-paragraphs shares three words ("paragraph", "blank",
+    "line") of seven, too few to replace, and the demo model cannot tell a reversal from an added
+    wish (docs/learning.md, "Memory with the scenarios"). Related pairs among the shipped personas'
+    hints (tests/store/test_prefs.py): those two, the two exact openings, and no-lists with
+    short-answer-first, student, one-paragraph and several-paragraphs.
+    """
+    return len(topic_words(new) & topic_words(old)) >= 2
+
+
+def newer_related(store: Store, item: Preference) -> Preference | None:
+    """An active or learned item noted after ``item`` was learned, on a related topic; None if none.
+
+    When the weights lose a learned item, the usual reason is that later training moved them; but
+    if the person has since stated a related preference, it may be a reversal ("several paragraphs"
+    after "one paragraph"), and putting the old item back would tell the model both. Then the item
+    stays learned (out of the prompt): if the person still wants it, they say so again and a new item
+    is noted, or they restore it (F8, ``clawdesk prefs``).
+    """
+    if item.learned_at is None:
+        return None
+    for other in list_preferences(store, statuses=("active", "learned")):
+        if other.id != item.id and other.created_at > item.learned_at and related_topic(other.text, item.text):
+            return other
+    return None
 
 
 # -- writing ---------------------------------------------------------------------------------

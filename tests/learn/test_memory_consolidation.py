@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 import torch
@@ -204,6 +205,21 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
     assert held.decision == "kept"
     (lost,) = consolidate.check_items(store, learner, sha, return_ratio=0.99)
     assert lost.decision == "active"
+    # Unless a related item was noted since it was learned (a reversal, maybe): then it is held out.
+    time.sleep(0.003)  # noted after it was learned, in the millisecond timestamps
+    never = lambda new, old: False  # noqa: E731 - kept beside it (ITEM's three topic words make any related item the same)
+    newer = add_preference(store, "Use plain words and short paragraphs, not lists.", replaces=never).item
+    assert get_preference(store, item.id).status == "learned"
+    checks = consolidate.check_items(store, learner, sha, return_ratio=0.99)
+    (kept_out,) = [c for c in checks if c.item_id == item.id]
+    assert (kept_out.decision, kept_out.held_by) == ("held", newer.id)
+    assert [c.decision for c in checks if c.item_id == newer.id] == ["skipped"]  # no turn served with it yet
+    (line,) = consolidate.apply_checks(store, checks)
+    assert f"#{item.id} is no longer carried" in line and f"#{newer.id}" in line
+    assert get_preference(store, item.id).status == "learned"
+    remove_preference(store, newer.id)
+    (back,) = consolidate.check_items(store, learner, sha, return_ratio=0.99)
+    assert back.decision == "active" and back.held_by is None
     remove_preference(store, item.id)  # meanwhile the person removed it: their choice stands
     assert consolidate.apply_checks(store, [lost]) == []
     assert get_preference(store, item.id).status == "removed"

@@ -47,7 +47,9 @@ from clawdesk.store.prefs import (
     get_preference,
     list_preferences,
     mark_learned,
+    newer_related,
     pin_preference,
+    related_topic,
     remove_preference,
     restore_preference,
     same_topic,
@@ -138,6 +140,37 @@ def test_same_topic_keeps_every_pair_of_shipped_personas_and_replaces_their_reve
     assert not same_topic("Give long, detailed answers.", hints["brief"])
     # Nor one sharing too few: the reverse-paragraphs scenario's second hint keeps the first beside it.
     assert not same_topic(hints["several-paragraphs"], hints["one-paragraph"])
+
+
+def test_related_topic_pairs_among_the_shipped_hints_are_the_documented_ones():
+    hints = _persona_hints()
+    related = {frozenset((a, b)) for (a, x), (b, y) in itertools.combinations(hints.items(), 2) if related_topic(x, y)}
+    assert related == {
+        frozenset(p)
+        for p in [
+            ("one-paragraph", "several-paragraphs"), ("great-question", "hi-there"),
+            ("no-lists", "short-answer-first"), ("no-lists", "student"), ("no-lists", "one-paragraph"),
+            ("no-lists", "several-paragraphs"),
+        ]
+    }  # fmt: skip
+    assert not related_topic(hints["brief"], hints["no-lists"])  # add-no-lists: both stay free to come back
+
+
+def test_a_learned_item_is_held_out_only_by_a_related_item_noted_after_it_was_learned(store):
+    one = add_preference(store, "Write the whole answer as one single paragraph, with no line breaks.").item
+    before = add_preference(store, "Use short paragraphs with blank lines.").item  # before it was learned
+    time.sleep(0.003)  # timestamps are in milliseconds: keep "before" and "after" apart
+    mark_learned(store, one.id)
+    time.sleep(0.003)
+    one = get_preference(store, one.id)
+    assert newer_related(store, one) is None  # noted while the first was still in the prompt: not a reversal of it
+    add_preference(store, "Always give distances in kilometres.")  # after, but unrelated
+    assert newer_related(store, one) is None
+    several = add_preference(store, "Split your answer into three paragraphs separated by blank lines.").item
+    assert newer_related(store, one) == get_preference(store, several.id)
+    assert newer_related(store, get_preference(store, before.id)) is None  # never learned
+    remove_preference(store, several.id)
+    assert newer_related(store, one) is None  # a removed item holds nothing back
 
 
 def test_a_later_item_on_the_same_topic_replaces_the_earlier_and_keeps_its_pin(store):
