@@ -15,7 +15,8 @@ the hint is scored as the continuation of three framings, ::
 
 and vote i uses the i-th paraphrase of each (``clawdesk/judge/prompts/standing_v2.txt``). The
 framings score the same tokens, so what decides is how well each account explains the user's
-words. Praise when the mean of r beats the means of s and o; otherwise the sign of the mean
+words. Praise when the mean of r beats the means of s and o, or comes within :data:`PRAISE_SLACK`
+nats of the better; otherwise the sign of the mean
 margin s − o over the votes, ``"standing"`` or ``"one-off"``, or ``"unsure"`` when it is within
 :data:`UNSURE_MARGIN` nats of zero (the caller lets the user decide).
 Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``, and on the shipped
@@ -42,6 +43,12 @@ DEFAULT_VOTES = 3  # when given a bare engine (a judge brings its own judge.vote
 # wrong "standing" puts a one-off correction into every later prompt. Set from a run on
 # assets/judge-set-standing.jsonl (docs/learning.md): 0.5 made 6 of 38 unsure, 0.25 made 2.
 UNSURE_MARGIN = 0.25
+# Praise wins a near tie: within this many nats of the better of the other two framings it is still
+# taken for praise. The costs are not even: thanks kept as an item sit in every prompt until learned
+# or removed, while a correction taken for praise costs nothing the person will not say again. The
+# self-judged eval's first thanks item came from a margin of −0.01 ("Lovely, that reads really
+# naturally.", docs/learning.md); on the judge set no standing case is within 0.5 nats.
+PRAISE_SLACK = UNSURE_MARGIN
 
 
 class _LogprobJudge(Protocol):
@@ -100,20 +107,22 @@ def classify_hint_votes(
 
 
 def decide(
-    margins: Sequence[float], praise_margin: float | None = None, unsure_margin: float = UNSURE_MARGIN
+    margins: Sequence[float],
+    praise_margin: float | None = None,
+    unsure_margin: float = UNSURE_MARGIN,
+    praise_slack: float = PRAISE_SLACK,
 ) -> HintKind:
-    """The kind the per-vote margins give: ``praise`` when ``praise_margin`` > 0, else the sign of the
-    margins' mean, ``unsure`` within ``unsure_margin`` of 0.
+    """The kind the per-vote margins give: ``praise`` when ``praise_margin`` > −``praise_slack``, else
+    the sign of the margins' mean, ``unsure`` within ``unsure_margin`` of 0.
 
-    Praise needs no margin of its own: a one-off taken for praise costs nothing (neither makes an
-    item), and on the held-out persona feedback 2 of 55 corrections were taken for praise against
-    48 of 58 thanks (docs/learning.md).
+    A one-off taken for praise costs nothing (neither makes an item); a correction taken for praise
+    is measured on the shipped personas' feedback (``bench/hint_kinds.py``, docs/learning.md).
 
     The mean, not a majority of signs: one paraphrase pair often leans hard one way on its own
     (a margin of 10 nats for one vote and −2 for another), and the mean weighs how sure each is."""
     if not margins:
         raise ValueError("decide() needs at least one vote")
-    if praise_margin is not None and praise_margin > 0:
+    if praise_margin is not None and praise_margin > -praise_slack:
         return "praise"
     mean = sum(margins) / len(margins)
     if abs(mean) < unsure_margin:

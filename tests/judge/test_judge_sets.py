@@ -186,13 +186,15 @@ def test_summarize_standing_counts_unsure_as_wrong_and_reports_it():
 )
 def test_decide_is_the_sign_of_the_mean_margin_with_an_unsure_band(margins, kind):
     assert standing.decide(margins, unsure_margin=0.25) == kind
-    assert standing.decide(margins, -0.01, unsure_margin=0.25) == kind  # praise explains the words less well
+    assert standing.decide(margins, -0.3, unsure_margin=0.25, praise_slack=0.25) == kind  # praise explains less
 
 
 @pytest.mark.parametrize("margins", [(5.0, 5.0), (-5.0,), (0.0,)])
-def test_praise_that_explains_the_words_best_wins_over_any_margin(margins):
+def test_praise_that_explains_the_words_best_or_nearly_wins_over_any_margin(margins):
     assert standing.decide(margins, 0.01) == "praise"
-    assert standing.decide(margins, 0.0) != "praise"  # a tie is not praise
+    assert standing.decide(margins, -0.2, praise_slack=0.25) == "praise"  # a near tie goes to praise
+    assert standing.decide(margins, -0.25, praise_slack=0.25) != "praise"
+    assert standing.decide(margins, 0.0, praise_slack=0.0) != "praise"  # without slack a tie is not praise
 
 
 def test_decide_needs_a_vote():
@@ -204,7 +206,9 @@ def test_classify_hint_tells_a_standing_preference_from_a_one_off_on_the_demo_mo
     standing_hint = standing.classify_hint_votes(
         engine, "Use the 24-hour clock with me, always.", "When does the pharmacy close?"
     )
-    one_off = standing.classify_hint_votes(engine, "The typo is in README.md, line 12.", "Fix the typo in the README.")
+    one_off = standing.classify_hint_votes(
+        engine, "The appointment is Tuesday, not Monday.", "Book a reminder for the dentist."
+    )
     assert len(standing_hint.margins) == standing.DEFAULT_VOTES
     assert standing_hint.kind == "standing" and one_off.kind == "one-off"
     # Through a judge: its vote count, the same numbers (the same model calls).
@@ -225,7 +229,12 @@ def test_classify_hint_takes_thanks_for_praise_on_the_demo_model(engine):
     thanks = standing.classify_hint_votes(engine, "Awesome, I love it, thanks a lot!", "Suggest a name for my cat.")
     assert thanks.kind == "praise" and thanks.praise_margin > 0
     wish = standing.classify_hint_votes(engine, "Please answer me in German from now on.", "What is a star?")
-    assert wish.kind == "standing" and wish.praise_margin < 0
+    assert wish.kind == "standing" and wish.praise_margin < -standing.PRAISE_SLACK
+    # The self-judged eval's near tie: still praise, by the slack.
+    near = standing.classify_hint_votes(
+        engine, "Lovely, that reads really naturally.", "How do I plant tomatoes in a balcony pot?"
+    )
+    assert -standing.PRAISE_SLACK < near.praise_margin < 0 and near.kind == "praise"
     with pytest.raises(InputError):
         standing.classify_hint(engine, "  ", "Hi")
 
