@@ -32,8 +32,8 @@ from pathlib import Path
 GOAL = "<= 1.10"
 
 
-def _fill(store, count_tokens: Callable[[str], int], budget: int) -> int:
-    """Add items until the rendered memory reaches ``budget``; returns how many tokens it takes."""
+def _fill(store, count_tokens: Callable[[str], int], budget: int, placement: str) -> int:
+    """Add items until the memory, rendered for ``placement``, reaches ``budget``; returns its tokens."""
     from clawdesk.preferences import memory_block
     from clawdesk.store.prefs import active_preferences, add_preference
 
@@ -42,7 +42,7 @@ def _fill(store, count_tokens: Callable[[str], int], budget: int) -> int:
     while True:
         text = f"Preference {i}: please prefer {topics[i % len(topics)]} (variant {i})."
         add_preference(store, text, replaces=lambda new, old: False)
-        block, shown = memory_block(active_preferences(store), count_tokens, budget)
+        block, shown = memory_block(active_preferences(store), count_tokens, budget, placement)
         if len(shown) < i + 1:  # the last one no longer fits: the memory is at its budget
             return count_tokens(block)
         i += 1
@@ -91,7 +91,7 @@ def measure(quick: bool, log: Callable[[str], None]) -> dict[str, dict]:
         with tempfile.TemporaryDirectory(prefix="clawdesk-bench-memory-") as tmp:
             store = Store.open(Path(tmp) / "clawdesk.db")
             try:
-                used = _fill(store, lambda t: len(engine.tokenize(t)), memory.budget_tokens)
+                used = _fill(store, lambda t: len(engine.tokenize(t)), memory.budget_tokens, placement)
                 services = {"memory": AgentService(engine, chat, memory=memory), "off": AgentService(engine, chat)}
                 cases = ("new_chat", "warm", "cold")
                 ttft: dict[str, dict[str, list[float]]] = {c: {k: [] for k in services} for c in cases}
