@@ -16,9 +16,9 @@ the hint is scored as the continuation of three framings, ::
 and vote i uses the i-th paraphrase of each (``clawdesk/judge/prompts/standing_v2.txt``). The
 framings score the same tokens, so what decides is how well each account explains the user's
 words. Praise when the mean of r beats the means of s and o, or comes within :data:`PRAISE_SLACK`
-nats of the better; otherwise the sign of the mean
-margin s − o over the votes, ``"standing"`` or ``"one-off"``, or ``"unsure"`` when it is within
-:data:`UNSURE_MARGIN` nats of zero (the caller lets the user decide).
+nats of the better; otherwise the sign of the mean margin s − o over the votes, ``"standing"`` or
+``"one-off"``, or ``"unsure"`` when it is within :data:`UNSURE_MARGIN` nats of zero (the caller
+lets the user decide).
 Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``, and on the shipped
 personas' feedback (held out) by ``bench/hint_kinds.py``.
 """
@@ -60,7 +60,7 @@ class _LogprobJudge(Protocol):
 @dataclass(frozen=True)
 class HintClass:
     """The decision with its evidence: per vote, log p(standing framing) − log p(one-off framing); and
-    mean log p(praise) − the larger of the other two means (> 0: praise)."""
+    mean log p(praise) − the larger of the other two means (above −:data:`PRAISE_SLACK`: praise)."""
 
     kind: HintKind
     margins: tuple[float, ...]
