@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from clawdesk.engine import Engine
 from clawdesk.errors import InputError, JudgeError
 from clawdesk.judge.channel import context, continuation, load_template
+from clawdesk.preferences import HintKind  # the memory's own list of kinds: one definition
 
-HintKind = Literal["standing", "one-off", "praise", "unsure"]
 TEMPLATE = "standing_v2.txt"
 VERSION = "standing-v2-channel"
 LABELS = ("standing", "one-off", "praise")
