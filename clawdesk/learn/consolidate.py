@@ -147,13 +147,19 @@ def check_items(
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
-    """Mark the items the checks decided on; returns a line per change and per held item, for the progress report."""
+    """Mark the items the checks decided on; returns a line per change, held item and streak under way (progress)."""
     lines = []
     for c in checks:
         if c.decision == "held":
             lines.append(
                 f"preference #{c.item_id} is no longer carried by the weights (gap {c.gap:.3f} nats/token), but stays "
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
+            )
+            continue
+        if c.decision == "kept" and c.streak:
+            lines.append(
+                f"preference #{c.item_id} carried by the weights on {c.streak} of {LEARN_CHECKS} checks in a row "
+                f"(gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}): it stays in the prompt until then"
             )
             continue
         if c.decision not in ("learned", "active"):

@@ -217,6 +217,9 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
     # Agrees (the gap within the threshold) on one check: a streak of 1, kept; on the second in a row: learned.
     (once,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
     assert (once.decision, once.streak) == ("kept", 1)
+    (line,) = consolidate.apply_checks(store, [once])  # said in the progress, nothing changed
+    assert f"#{item.id} carried by the weights on 1 of 2 checks" in line
+    assert get_preference(store, item.id).status == "active"
     (agree,) = consolidate.check_items(
         store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, previous={item.id: 1}
     )
