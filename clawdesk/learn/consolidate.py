@@ -21,11 +21,7 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   items differ by a factor of 20 in how much they move a reply (measured: a list ban 0.03 nats per
   token, an opening phrase 0.7; docs/learning.md, "Memory"): most tokens of a reply are content
   the item does not touch;
-- a ready version has trained on at least one of its turns;
-- both held on :data:`LEARN_CHECKS` consecutive checks (ready versions) in a row: the ``streak`` each
-  check records, continued from the newest ready version's ``validation["memory"]``. With a single
-  check, `no-lists` left the prompt at 8 and `brief` at 16 on most seeds, and the held-out score fell
-  (0.94 → 0.62–0.75; a mean of 0.69) until the weights caught up (docs/learning.md, "Memory").
+- a ready version has trained on at least one of its turns.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
 is active again, unless an item on a related topic was noted after it was learned: that one may
@@ -41,14 +37,13 @@ adapters`` readers can see why an item was retired.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from clawdesk.store.log import Store
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
-from clawdesk.store.versions import latest_ready
 
 if TYPE_CHECKING:
     from clawdesk.learn.learner import Learner
@@ -59,7 +54,6 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
-LEARN_CHECKS = 2  # consecutive ready versions that must meet the learned criterion before an item leaves the prompt
 
 
 @dataclass(frozen=True)
@@ -76,17 +70,9 @@ class ItemCheck:
     base_gap: float | None  # mean teacher − base log-prob per token (the item's effect before training)
     decision: str
     held_by: int | None = None
-    streak: int = 0  # consecutive checks, this one included, on which an active item met the learned criterion
 
     def record(self) -> dict:
         return asdict(self)
-
-
-def previous_streaks(store: Store, base_sha256: str) -> dict[int, int]:
-    """Each item's ``streak`` in the newest ready version's check (none: no ready version, or it checked nothing)."""
-    latest = latest_ready(store, base_sha256)
-    records = latest.validation.get("memory", []) if latest else []
-    return {r["item_id"]: int(r.get("streak", 0)) for r in records}  # versions before the streak: 0
 
 
 def check_items(
@@ -95,8 +81,6 @@ def check_items(
     base_sha256: str,
     *,
     trained_now: Iterable[int] = (),
-    previous: Mapping[int, int] | None = None,
-    learn_checks: int = LEARN_CHECKS,
     learn_ratio: float = LEARN_RATIO,
     return_ratio: float = RETURN_RATIO,
     min_effect: float = MIN_EFFECT,
@@ -106,12 +90,8 @@ def check_items(
     """Measure every active and learned item under the learner's current weights (nothing is changed).
 
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
-    may not be recorded yet), counted as trained on. ``previous``: each item's streak before this
-    check (default: :func:`previous_streaks`, the newest ready version's).
+    may not be recorded yet), counted as trained on.
     """
-    if learn_checks < 1:
-        raise ValueError(f"learn_checks must be at least 1, got {learn_checks}")
-    streaks = previous_streaks(store, base_sha256) if previous is None else previous
     now = set(trained_now)
     held_now: dict[int, int] = {}
     for turn_id in now:
@@ -133,33 +113,26 @@ def check_items(
         n = sum(len(r) for r in replies)
         gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
-        held_by, streak = None, 0
+        held_by = None
         if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
-            streak = streaks.get(item.id, 0) + 1
-            decision = "learned" if streak >= learn_checks else "kept"
+            decision = "learned"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
             newer = newer_related(store, item)
             decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, streak))
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by))
     return out
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
-    """Mark the items the checks decided on; returns a line per change, held item and streak under way (progress)."""
+    """Mark the items the checks decided on; returns a line per change and per held item, for the progress report."""
     lines = []
     for c in checks:
         if c.decision == "held":
             lines.append(
                 f"preference #{c.item_id} is no longer carried by the weights (gap {c.gap:.3f} nats/token), but stays "
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
-            )
-            continue
-        if c.decision == "kept" and c.streak:
-            lines.append(
-                f"preference #{c.item_id} carried by the weights on {c.streak} of {LEARN_CHECKS} checks in a row "
-                f"(gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}): it stays in the prompt until then"
             )
             continue
         if c.decision not in ("learned", "active"):
