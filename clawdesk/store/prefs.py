@@ -13,7 +13,8 @@ Rules kept here, once:
 - an item is only made from a turn that may be learned from (:func:`clawdesk.store.rules.learnable_turn`:
   learning was ON, the chat is not incognito, the turn is not vetoed); :func:`add_preference`
   returns None otherwise;
-- a later item replaces an earlier one on the same topic (:func:`same_topic`, or the ``replaces``
+- a later item replaces an earlier one on the same topic (:func:`~clawdesk.store.pref_topics.same_topic`: the
+  same aspect of a reply, e.g. its length; or the ``replaces``
   check a caller passes): the earlier is marked removed with ``replaced_by`` pointing at the new
   one, and a pin carries over. Two preferences on different topics are both kept;
 - deleting overwrites the freed pages (``secure_delete``), as deleting a note does; ``forget``
@@ -22,12 +23,12 @@ Rules kept here, once:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from clawdesk.errors import InputError, NotFoundError
 from clawdesk.store.log import Store, now_iso
+from clawdesk.store.pref_topics import related_topic, same_topic
 from clawdesk.store.rules import learnable_turn
 from clawdesk.store.turn_memory import drop_item_blocks
 
@@ -67,56 +68,6 @@ class Added:
     item: Preference
     replaced: tuple[Preference, ...] = ()
     new: bool = True  # False: the same text was already kept, nothing was added
-
-
-# -- the same-topic rule ---------------------------------------------------------------------
-
-# Words that carry no topic: function words, politeness, negations and the verbs every preference
-# shares ("please don't use lists" and "use lists" are on the same topic, lists).
-_STOP = frozenset(
-    """a an the and or but if then so of to in on at by for with from as is are be been being it its this that
-    these those there here i me my you your yours we our they them he she his her do does did doing don t not no
-    never nor always any all some each every only just very more most less least much many please pls kindly
-    can could would should will shall may might must use using used make want like prefer rather instead also
-    too again reply replies answer answers response responses write writing when what which who how than into
-    keep give ok okay thanks thank avoid stop start""".split()  # noqa: SIM905 (a word list reads best as words)
-)
-
-
-def topic_words(text: str) -> frozenset[str]:
-    """The content words of ``text``: lower case, without function words, a plural ``s`` dropped."""
-    words = re.findall(r"[^\W\d_]+", text.lower())
-    return frozenset(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words) - _STOP
-
-
-def same_topic(new: str, old: str) -> bool:
-    """Whether ``new`` is about what ``old`` is about: most content words of the shorter one are shared.
-
-    Overlap over the *smaller* set, so a short reversal ("use bullet lists") matches the long item it
-    reverses ("Do not use any list, bullet points or numbering"), and at least two shared words or
-    a one-word topic, so two long items sharing one common word ("short") are both kept. Measured on
-    the shipped persona hints (tests/store/test_prefs.py): no two of them replace each other, and each
-    one's reversal replaces it.
-    """
-    a, b = topic_words(new), topic_words(old)
-    if not a or not b:
-        return False
-    shared = len(a & b)
-    smaller = min(len(a), len(b))
-    return shared / smaller >= 0.6 and (shared >= 2 or smaller == 1)
-
-
-def related_topic(new: str, old: str) -> bool:
-    """Whether two items share at least two content words: looser than :func:`same_topic`, which
-    replaces; this only keeps a learned item from coming back beside a newer one (:func:`newer_related`).
-
-    The shipped reversal one-paragraph → several-paragraphs shares three words ("paragraph", "blank",
-    "line") of seven, too few to replace, and the demo model cannot tell a reversal from an added
-    wish (docs/learning.md, "Memory with the scenarios"). Related pairs among the shipped personas'
-    hints (tests/store/test_prefs.py): those two, the two exact openings, and no-lists with
-    short-answer-first, student, one-paragraph and several-paragraphs.
-    """
-    return len(topic_words(new) & topic_words(old)) >= 2
 
 
 def newer_related(store: Store, item: Preference) -> Preference | None:
