@@ -34,6 +34,7 @@ def add_commands(add: AddCommand) -> None:
 
 
 def cmd_prefs(args: argparse.Namespace, config: Config) -> int:
+    from clawdesk.store.pref_topics import aspect
     from clawdesk.store.prefs import add_preference, clear_preferences, count_preferences, delete_preference
 
     action = args.prefs_command or "list"
@@ -46,8 +47,9 @@ def cmd_prefs(args: argparse.Namespace, config: Config) -> int:
                 print(f"already kept as #{added.item.id}: {added.item.text}")
                 return 0
             print(f"added #{added.item.id}: {added.item.text}")
+            topic = aspect(added.item.text) or "shared words"
             for old in added.replaced:
-                print(f"it replaces #{old.id} (same topic): {old.text}")
+                print(f"it replaces #{old.id} (same topic: {topic}): {old.text}")
             if not config.memory.enabled:
                 print(f"the memory is OFF (memory.enabled = false in {config.config_path}): no prompt shows it")
             return 0

@@ -78,12 +78,16 @@ _CUES: dict[str, tuple[str, ...]] = {
 _COMPILED = {name: tuple(re.compile(p) for p in pats) for name, pats in _CUES.items()}
 
 # Quoted text is what the reply should say ("start with 'Short answer:'"), not what the wish is about.
-_QUOTED = re.compile(r"'[^']{1,80}'|\"[^\"]{1,80}\"|\u2018[^\u2019]{1,80}\u2019|\u201c[^\u201d]{1,80}\u201d")
+# A straight single quote opens only after a non-letter, so an apostrophe ("don't begin with 'Hi'") opens none.
+_QUOTED = re.compile(
+    r"(?<!\w)'[^']{1,80}'(?!\w)"  # 'straight single'
+    r"|\"[^\"]{1,80}\"|\u2018[^\u2019]{1,80}\u2019|\u201c[^\u201d]{1,80}\u201d"  # "double", ‘curly’, “curly”
+)
 
 
 def aspect_counts(text: str) -> dict[str, int]:
     """How many cue phrases of each aspect ``text`` has (quoted spans left out); aspects with none omitted."""
-    plain = _QUOTED.sub(" ", text.lower().replace("\u2019", "'"))
+    plain = _QUOTED.sub(" ", text.lower())
     counts = {name: sum(len(p.findall(plain)) for p in pats) for name, pats in _COMPILED.items()}
     return {name: n for name, n in counts.items() if n}
 

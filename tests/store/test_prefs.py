@@ -128,18 +128,26 @@ REVERSALS = {
 }
 
 
-def test_same_topic_keeps_every_pair_of_shipped_personas_and_replaces_their_reversals():
+def test_same_topic_replaces_within_an_aspect_keeps_across_and_replaces_reversals():
     hints = _persona_hints()
     assert len(hints) >= 6
-    collisions = [(a, b) for (a, x), (b, y) in itertools.permutations(hints.items(), 2) if same_topic(x, y)]
-    # Two stacked preferences are both kept, except two exact openings, which cannot both hold.
-    assert sorted(collisions) == [("great-question", "hi-there"), ("hi-there", "great-question")]
+    collisions = {frozenset((a, b)) for (a, x), (b, y) in itertools.combinations(hints.items(), 2) if same_topic(x, y)}
+    # Stacked preferences on different aspects are both kept (every shipped scenario stacks two such);
+    # two wishes about the same aspect are not: the newer says what the person wants now.
+    openings = ("great-question", "hi-there", "short-answer-first")
+    assert collisions == {
+        *(frozenset(p) for p in itertools.combinations(openings, 2)),
+        frozenset(("brief", "teacher")),  # teacher's hint wants several things; its "at most 80 words" has most cues
+        frozenset(("no-lists", "student")),
+        frozenset(("one-paragraph", "several-paragraphs")),  # reverse-paragraphs: the reversal replaces
+    }
     missed = [name for name, text in REVERSALS.items() if not same_topic(text, hints[name])]
-    assert missed == []
-    # A known limit of the word rule: a reversal sharing no word with the item is not seen as one.
-    assert not same_topic("Give long, detailed answers.", hints["brief"])
-    # Nor one sharing too few: the reverse-paragraphs scenario's second hint keeps the first beside it.
-    assert not same_topic(hints["several-paragraphs"], hints["one-paragraph"])
+    assert missed == ["teacher"]  # a reversal of one of its several wishes (the opening) leaves the whole hint
+    # A reversal sharing no word with the item is seen by its aspect (the word rule alone missed it).
+    assert same_topic("Give long, detailed answers.", hints["brief"])
+    # Text the lexicon has no cue for falls back on shared words.
+    assert same_topic("Always give distances in kilometres.", "Give distances in kilometres and metres.")
+    assert not same_topic("Always give distances in kilometres.", "Mention the weather in Paris.")
 
 
 def test_related_topic_pairs_among_the_shipped_hints_are_the_documented_ones():
@@ -157,8 +165,10 @@ def test_related_topic_pairs_among_the_shipped_hints_are_the_documented_ones():
 
 
 def test_a_learned_item_is_held_out_only_by_a_related_item_noted_after_it_was_learned(store):
+    # Related (two content words shared: "single", "paragraph") but on different aspects, so neither replaces.
     one = add_preference(store, "Write the whole answer as one single paragraph, with no line breaks.").item
-    before = add_preference(store, "Use short paragraphs with blank lines.").item  # before it was learned
+    before = add_preference(store, "No bullet lists inside a single paragraph.").item  # before it was learned
+    assert not before.replaced_by and get_preference(store, one.id).status == "active"
     time.sleep(0.003)  # timestamps are in milliseconds: keep "before" and "after" apart
     mark_learned(store, one.id)
     time.sleep(0.003)
@@ -166,10 +176,11 @@ def test_a_learned_item_is_held_out_only_by_a_related_item_noted_after_it_was_le
     assert newer_related(store, one) is None  # noted while the first was still in the prompt: not a reversal of it
     add_preference(store, "Always give distances in kilometres.")  # after, but unrelated
     assert newer_related(store, one) is None
-    several = add_preference(store, "Split your answer into three paragraphs separated by blank lines.").item
-    assert newer_related(store, one) == get_preference(store, several.id)
-    assert newer_related(store, get_preference(store, before.id)) is None  # never learned
-    remove_preference(store, several.id)
+    bold = add_preference(store, "No bold text in a single paragraph, ever.").item  # replaces `before` (lists)
+    assert bold.replaced_by is None and get_preference(store, before.id).replaced_by == bold.id
+    assert newer_related(store, one) == get_preference(store, bold.id)
+    assert newer_related(store, get_preference(store, bold.id)) is None  # never learned
+    remove_preference(store, bold.id)
     assert newer_related(store, one) is None  # a removed item holds nothing back
 
 
@@ -438,7 +449,7 @@ def test_cli_prefs_add_list_rm_and_clear(home, capsys, monkeypatch):
     assert main(["prefs", "add", "Do not use any list or bullet points."]) == 0
     assert "added #1" in capsys.readouterr().out
     assert main(["prefs", "add", "Use bullet lists."]) == 0
-    assert "it replaces #1 (same topic)" in capsys.readouterr().out
+    assert "it replaces #1 (same topic: lists)" in capsys.readouterr().out
     assert main(["prefs", "add", "Answer in French."]) == 0
     assert main(["prefs", "add", "answer in french."]) == 0
     assert "already kept as #3" in capsys.readouterr().out
