@@ -21,16 +21,7 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   items differ by a factor of 20 in how much they move a reply (measured: a list ban 0.03 nats per
   token, an opening phrase 0.7; docs/learning.md, "Memory"): most tokens of a reply are content
   the item does not touch;
-- a ready version has trained on at least one of its turns;
-- the adapter *writes* it: its own greedy replies to those prompts without the items (at most
-  :data:`OWN_TOKENS` tokens, so a length preference shows where the reply ends) look like the
-  replies served with the item. For both sets of replies the mean per-token ``teacher − base``:
-  ``served_gap`` on the served replies (the item's effect on its own replies, end token included),
-  ``own_gap`` on the adapter's; the base's own replies score about 0 or below. ``own_gap`` must reach
-  :data:`OWN_RATIO` × ``served_gap``. The log-prob criterion alone retired items while the adapter
-  still wrote base-like replies (at retirement the gap was −0.26..+0.02 and the score dipped, e.g.
-  `brief` 0.98 → 0.69), since it scores the served replies, not what the adapter writes. It runs
-  only for an item the other criteria would retire: one greedy generation per prompt.
+- a ready version has trained on at least one of its turns.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
 is active again, unless an item on a related topic was noted after it was learned: that one may
@@ -38,9 +29,8 @@ reverse it, so the old item is *held* out of the prompt
 (:func:`~clawdesk.store.prefs.newer_related`; the reverse-paragraphs scenario put both back).
 
 Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
-at most ``CHECK_TOKENS`` reply tokens per kept item; on the demo model on CPU a few hundred
-milliseconds per item (measured: docs/learning.md, "Memory"). An item about to be retired adds a
-greedy generation of up to :data:`OWN_TOKENS` tokens per prompt and 4 forward passes. The numbers of every check
+at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
+few hundred milliseconds per item (measured: docs/learning.md, "Memory"). The numbers of every check
 go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so ``clawdesk
 adapters`` readers can see why an item was retired.
 """
@@ -64,8 +54,6 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
-OWN_RATIO = 0.5  # learned only if the adapter's own replies are at least halfway from the base's to the served ones
-OWN_TOKENS = 128  # the own-reply test reads whole replies (the eval's 80-token cap; a brief reply ends by ~60)
 
 
 @dataclass(frozen=True)
@@ -82,8 +70,6 @@ class ItemCheck:
     base_gap: float | None  # mean teacher − base log-prob per token (the item's effect before training)
     decision: str
     held_by: int | None = None
-    own_gap: float | None = None  # mean teacher − base log-prob per token of the adapter's own greedy replies
-    served_gap: float | None = None  # the same over the served replies, whole (up to OWN_TOKENS)
 
     def record(self) -> dict:
         return asdict(self)
@@ -98,14 +84,13 @@ def check_items(
     learn_ratio: float = LEARN_RATIO,
     return_ratio: float = RETURN_RATIO,
     min_effect: float = MIN_EFFECT,
-    own_ratio: float | None = OWN_RATIO,
     turns: int = CHECK_TURNS,
     tokens: int = CHECK_TOKENS,
 ) -> list[ItemCheck]:
     """Measure every active and learned item under the learner's current weights (nothing is changed).
 
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
-    may not be recorded yet), counted as trained on. ``own_ratio`` None skips the adapter's own replies.
+    may not be recorded yet), counted as trained on.
     """
     now = set(trained_now)
     held_now: dict[int, int] = {}
@@ -128,42 +113,16 @@ def check_items(
         n = sum(len(r) for r in replies)
         gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
-        held_by = own_gap = served_gap = None
+        held_by = None
         if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
             decision = "learned"
-            if own_ratio is not None:
-                own_gap, served_gap = _own_gaps(learner, found)
-                if own_gap < own_ratio * max(served_gap, 0.0):
-                    decision = "kept"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
             newer = newer_related(store, item)
             decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        out.append(
-            ItemCheck(
-                item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, own_gap, served_gap
-            )
-        )
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by))
     return out
-
-
-def _own_gaps(learner: Learner, found) -> tuple[float, float]:
-    """(own_gap, served_gap): mean ``teacher − base`` per token of the adapter's greedy replies without the
-    items, and of the served replies, each up to :data:`OWN_TOKENS` tokens."""
-    found = [t for t in found if len(t.served_ids) + OWN_TOKENS <= learner.config.token_budget] or found[:1]
-    own = learner.sample([t.student_ids for t in found], max_tokens=OWN_TOKENS, temperature=0.0, seed=0, adapter=True)
-    return _mean_gap(learner, found, own), _mean_gap(learner, found, [t.reply_ids[:OWN_TOKENS] for t in found])
-
-
-def _mean_gap(learner: Learner, found, replies) -> float:
-    pairs = [(t, r) for t, r in zip(found, replies, strict=True) if r]
-    if not pairs:
-        return float("-inf")  # nothing written: no sign of the item
-    teacher = learner.logprobs_each([(t.served_ids, r) for t, r in pairs], adapter=False)
-    base = learner.logprobs_each([(t.student_ids, r) for t, r in pairs], adapter=False)
-    n = sum(len(r) for _, r in pairs)
-    return sum(float((a - b).double().sum()) for a, b in zip(teacher, base, strict=True)) / n
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
@@ -182,8 +141,5 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
             continue  # the person changed it meanwhile (removed, restored): their choice stands
         mark_learned(store, c.item_id, c.decision == "learned")
         word = "learned: it leaves the prompt" if c.decision == "learned" else "no longer held: back in the prompt"
-        own = f"; its own replies {c.own_gap:.3f}, the served {c.served_gap:.3f}" if c.own_gap is not None else ""
-        lines.append(
-            f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}{own})"
-        )
+        lines.append(f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f})")
     return lines

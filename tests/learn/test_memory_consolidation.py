@@ -146,9 +146,6 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
     # Not trained on: never learned, however generous the threshold.
     (untrained,) = consolidate.check_items(store, learner, sha, learn_ratio=10.0, min_effect=0.0)
     assert untrained.n_trained == 0 and untrained.decision == "kept"
-    # The base's own replies, as the own-reply test sees them before training: far from the served ones.
-    (fresh,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=10.0)
-    assert fresh.decision == "kept" and fresh.own_gap < consolidate.OWN_RATIO * fresh.served_gap, fresh
 
     # Distil the item into the adapter: the student (no items) learns the served replies' teacher log-probs.
     for t in turn_ids:
@@ -164,19 +161,9 @@ def test_the_learned_check_retires_an_item_the_adapter_carries_and_brings_it_bac
             learner.step(samples, ref, teacher, stop=lambda: False)
         (after,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
         assert after.gap < before.gap / 2, (before, after)  # the weights took over most of what the item did
-        (scored,) = consolidate.check_items(
+        (learned,) = consolidate.check_items(
             store, learner, sha, trained_now=turn_ids, learn_ratio=after.gap / after.base_gap + 1e-6
         )
-        # The distilled adapter's own greedy replies moved toward the served ones (the base's: about 0),
-        # but less than its log-probs of the served replies did (measured at 32 tokens: gap -0.08, own
-        # 0.18 of 0.49): scoring a reply is not writing it, which is what the own-reply test is for.
-        assert fresh.own_gap + 0.1 < scored.own_gap < scored.served_gap, (fresh, scored)
-        expected = "learned" if scored.own_gap >= consolidate.OWN_RATIO * scored.served_gap else "kept"
-        assert scored.decision == expected
-        (learned,) = consolidate.check_items(
-            store, learner, sha, trained_now=turn_ids, learn_ratio=after.gap / after.base_gap + 1e-6,
-            own_ratio=scored.own_gap / scored.served_gap - 1e-3,
-        )  # fmt: skip
         assert learned.decision == "learned"
         assert consolidate.apply_checks(store, [learned])
         assert get_preference(store, item.id).status == "learned" and get_preference(store, item.id).learned_at
@@ -203,22 +190,12 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
     assert c.gap == pytest.approx(c.base_gap, abs=1e-4) and c.n_trained == 2
     assert 0 < c.n_tokens <= 2 * consolidate.CHECK_TOKENS
     assert c.base_gap > consolidate.MIN_EFFECT and c.decision == "kept"  # the item matters; nothing taken over yet
-    # The gap within the threshold, but the adapter (here the base) still writes the base's replies:
-    # kept. Its own greedy replies are no likelier with the item than without, far from the served ones.
-    (scored_only,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
-    assert scored_only.served_gap > 0.05 and scored_only.own_gap < 0.25 * scored_only.served_gap, scored_only
-    assert scored_only.decision == "kept"
-    ratio = scored_only.own_gap / scored_only.served_gap
-    (generous,) = consolidate.check_items(
-        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, own_ratio=ratio - 1e-3
-    )
-    assert generous.decision == "learned"
-    # Agrees (the gap within the threshold, own replies not asked): learned, and out of the prompt.
-    (agree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, own_ratio=None)
-    assert agree.decision == "learned" and agree.own_gap is None
+    # Agrees (the gap within the threshold): learned, and out of the prompt.
+    (agree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
+    assert agree.decision == "learned"
     # An item with less measured effect than min_effect is never retired, however close the gap.
     (blind,) = consolidate.check_items(
-        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, min_effect=c.base_gap + 0.01, own_ratio=None
+        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, min_effect=c.base_gap + 0.01
     )
     assert blind.decision == "kept"
     assert consolidate.apply_checks(store, [agree]) and get_preference(store, item.id).status == "learned"
