@@ -74,8 +74,9 @@ def newer_related(store: Store, item: Preference) -> Preference | None:
     """An active or learned item noted after ``item`` was learned, on a related topic; None if none.
 
     When the weights lose a learned item, the usual reason is that later training moved them; but
-    if the person has since stated a related preference, it may be a reversal ("several paragraphs"
-    after "one paragraph"), and putting the old item back would tell the model both. Then the item
+    if the person has since stated a related preference, it may have changed what they want (one on
+    the same aspect, e.g. "several paragraphs" after "one paragraph", replaced it outright: this is
+    for related wishes on other aspects), and putting the old item back would tell the model both. Then the item
     stays learned (out of the prompt): if the person still wants it, they say so again and a new item
     is noted, or they restore it (F8, ``clawdesk prefs``).
     """
