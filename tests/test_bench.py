@@ -7,13 +7,14 @@ issue #8 comes back as a number. No test here asserts a speed: the suite measure
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.bench import load_bench
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 ISSUE_KEYS = (
@@ -23,11 +24,7 @@ ISSUE_KEYS = (
 )  # fmt: skip
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_load = load_bench
 
 
 @pytest.fixture(scope="module")

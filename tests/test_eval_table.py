@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bench import load_bench
+
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "eval_table.py"
 
 
 @pytest.fixture(scope="module")
 def eval_table():
-    spec = importlib.util.spec_from_file_location("bench_eval_table_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("eval_table")
 
 
 def _run(seed: int, scores, *, memory: bool, phases=None, agreement=None) -> dict:

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.bench import load_bench
+
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "suite_time.py"
 
 
 @pytest.fixture(scope="module")
 def suite_time():
-    spec = importlib.util.spec_from_file_location("bench_suite_time_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("suite_time")
 
 
 def _report(path: Path, cases: list[tuple[str, str, float]]) -> Path:

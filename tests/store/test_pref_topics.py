@@ -6,20 +6,13 @@ Pure text, plus a real SQLite store for the replacement; the labelled sets are t
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from clawdesk.store.pref_topics import ASPECTS, aspect, aspect_counts, same_topic, same_words
 from clawdesk.store.prefs import active_preferences, add_preference, list_preferences
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_pref_topics", ROOT / "bench" / "pref_topics.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("pref_topics")
 
 
 def test_every_message_and_hint_of_the_single_aspect_personas_gets_its_aspect():

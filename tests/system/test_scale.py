@@ -35,6 +35,7 @@ from clawdesk.store.judgments import (
 from clawdesk.store.judgments import forget as forget_judgment
 from clawdesk.store.migrations_steps import STEP_JUDGE_DONE, STEP_SAMPLE_DONE
 from clawdesk.store.samples import _ready, count_ready, ready_samples
+from tests.support.bench import load_bench
 from tests.support.scripted_engine import ScriptedEngine
 
 SHA = "scale-test-sha"
@@ -231,11 +232,7 @@ def test_thumbs_on_a_judgment_without_signal_make_and_unmake_a_sample(store):
 def test_the_benchmark_log_is_consistent_with_the_real_queries(store):
     """bench/sec_scale.py bulk-inserts its log: the triggers must have kept the flags, and the judge and the
     trainer must find the backlog and the untrained samples it means to leave (else it times empty work)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sec_scale", Path(__file__).parents[2] / "bench" / "sec_scale.py")
-    sec_scale = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sec_scale)
+    sec_scale = load_bench("sec_scale")
     wrote = sec_scale.build(store, 1000)
     assert wrote["turns"] == store.count_turns() == 1000 and wrote["sessions"] == len(store.list_sessions())
     _flags_match_facts(store)
