@@ -47,8 +47,10 @@ def cmd_prefs(args: argparse.Namespace, config: Config) -> int:
                 print(f"already kept as #{added.item.id}: {added.item.text}")
                 return 0
             print(f"added #{added.item.id}: {added.item.text}")
-            topic = aspect(added.item.text) or "shared words"
+            new_aspect = aspect(added.item.text)
             for old in added.replaced:
+                # The rule that matched: the aspect when both have the same one, else shared words.
+                topic = new_aspect if new_aspect and aspect(old.text) == new_aspect else "shared words"
                 print(f"it replaces #{old.id} (same topic: {topic}): {old.text}")
             if not config.memory.enabled:
                 print(f"the memory is OFF (memory.enabled = false in {config.config_path}): no prompt shows it")
