@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clawdesk.learn.guard import first_turn_ids, read_text_rows
+from clawdesk.learn.guard import read_text_rows
+from clawdesk.learn.vocab import first_turn_ids
 
 ANCHOR_SET = "anchor-prompts.jsonl"
 RESTORE = "restore it from the source checkout, or set train.anchor_coef = 0 to train without the anchor"

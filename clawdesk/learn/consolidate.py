@@ -21,7 +21,17 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   items differ by a factor of 20 in how much they move a reply (measured: a list ban 0.03 nats per
   token, an opening phrase 0.7; docs/learning.md, "Memory"): most tokens of a reply are content
   the item does not touch;
-- a ready version has trained on at least one of its turns.
+- a ready version has trained on at least one of its turns;
+- the adapter *writes* it (the behaviour test, when the trainer gives the check a ``decode``): on an
+  item whose aspect (:func:`~clawdesk.store.pref_topics.aspect`) has a surface feature
+  (:mod:`clawdesk.learn.reply_form`: length, lists, paragraphs, opening, closing), the adapter's
+  greedy replies to the same prompts *with* the items and *without* them (up to
+  :data:`FORM_TOKENS` tokens, so where a reply ends counts) agree on that feature on every prompt.
+  So the item leaves the prompt only when the person would not see the difference. The log-prob
+  criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
+  held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
+  adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
+  length is one end token among many). It runs only for an item the other criteria would retire.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
 is active again, unless an item on a related topic was noted after it was learned: that one may
@@ -30,18 +40,21 @@ reverse it, so the old item is *held* out of the prompt
 
 Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
-few hundred milliseconds per item (measured: docs/learning.md, "Memory"). The numbers of every check
+few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired adds two
+greedy generations per prompt (with and without the items). The numbers of every check
 go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so ``clawdesk
 adapters`` readers can see why an item was retired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
+from clawdesk.store.pref_topics import aspect
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
 
@@ -54,6 +67,9 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
+FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)
+
+Decode = Callable[[Sequence[Sequence[int]]], list[str]]  # token ids -> text, under the base's vocabulary
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,15 @@ class ItemCheck:
     base_gap: float | None  # mean teacher − base log-prob per token (the item's effect before training)
     decision: str
     held_by: int | None = None
+    form: str | None = None  # the aspect the behaviour test compared (None: it did not run)
+    form_agree: int | None = None  # prompts whose replies with and without the items agree on it
+    form_n: int | None = None  # prompts compared
+    form_words: tuple[float, float] | None = None  # mean words of those replies, with and without the items
+
+    @property
+    def form_held_back(self) -> bool:
+        """The log-prob criterion was met, but the adapter's replies without the item still differ."""
+        return self.form_n is not None and self.form_agree is not None and self.form_agree < self.form_n
 
     def record(self) -> dict:
         return asdict(self)
@@ -80,6 +105,7 @@ def check_items(
     learner: Learner,
     base_sha256: str,
     *,
+    decode: Decode | None = None,
     trained_now: Iterable[int] = (),
     learn_ratio: float = LEARN_RATIO,
     return_ratio: float = RETURN_RATIO,
@@ -90,7 +116,8 @@ def check_items(
     """Measure every active and learned item under the learner's current weights (nothing is changed).
 
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
-    may not be recorded yet), counted as trained on.
+    may not be recorded yet), counted as trained on. ``decode`` (token ids to text) turns the behaviour
+    test on; without it the log-prob criterion decides alone.
     """
     now = set(trained_now)
     held_now: dict[int, int] = {}
@@ -113,16 +140,32 @@ def check_items(
         n = sum(len(r) for r in replies)
         gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
-        held_by = None
+        held_by, form = None, {}
         if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
             decision = "learned"
+            kind = aspect(item.text)
+            if decode is not None and kind in reply_form.FORM_ASPECTS:
+                form = _behaviour(learner, found, kind, decode)
+                if form["form_agree"] < form["form_n"]:
+                    decision = "kept"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
             newer = newer_related(store, item)
             decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by))
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form))
     return out
+
+
+def _behaviour(learner: Learner, found: list, kind: str, decode: Decode) -> dict:
+    """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``."""
+    found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
+    prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
+    replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
+    served, own = replies[: len(found)], replies[len(found) :]
+    mean_words = tuple(sum(len(reply_form.words(r)) for r in rs) / len(rs) for rs in (served, own))
+    agree = reply_form.agreement(kind, served, own)
+    return {"form": kind, "form_agree": agree, "form_n": len(found), "form_words": mean_words}
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
@@ -135,11 +178,21 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
             )
             continue
+        if c.form_held_back:
+            lines.append(
+                f"preference #{c.item_id} stays in the prompt: the adapter's replies without it differ in {c.form} "
+                f"on {c.form_n - c.form_agree} of {c.form_n} prompts (gap {c.gap:.3f} nats/token, before training "
+                f"{c.base_gap:.3f}; words with / without it {c.form_words[0]:.0f} / {c.form_words[1]:.0f})"
+            )
+            continue
         if c.decision not in ("learned", "active"):
             continue
         if get_preference(store, c.item_id).status != c.status:
             continue  # the person changed it meanwhile (removed, restored): their choice stands
         mark_learned(store, c.item_id, c.decision == "learned")
         word = "learned: it leaves the prompt" if c.decision == "learned" else "no longer held: back in the prompt"
-        lines.append(f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f})")
+        agreed = f"; its replies without it agree in {c.form} on {c.form_agree} of {c.form_n}" if c.form else ""
+        lines.append(
+            f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}{agreed})"
+        )
     return lines

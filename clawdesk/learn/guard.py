@@ -16,7 +16,7 @@ trained on can see it. A version whose ratio exceeds ``train.max_ppl_ratio`` is 
 failed validation, and training goes on from the version before it.
 
 The trainer has no llama.cpp engine, so the tokens come from the GGUF's vocabulary alone
-(llama.cpp loads it with ``vocab_only``: no weights, no context, ~0.1 s).
+(:mod:`clawdesk.learn.vocab`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawdesk.engine.prompt import build_messages, gguf_chat_template
 from clawdesk.errors import TrainError
+from clawdesk.learn.vocab import first_turn_ids
 
 GUARD_SET = "guard-set.jsonl"
 RESTORE = "restore it from the source checkout, or set train.max_ppl_ratio = 0 to train without the check"
@@ -92,33 +92,6 @@ def load_guard_set(base_gguf: Path, path: Path | None = None, *, system_prompt: 
     prompts = first_turn_ids(base_gguf, [row["prompt"] for row in rows], system_prompt=system_prompt)
     replies = first_turn_ids(base_gguf, [row["reply"] for row in rows], plain=True)
     return GuardSet(path, list(zip(prompts, replies, strict=True)))
-
-
-def first_turn_ids(
-    base_gguf: Path, texts: list[str], *, system_prompt: str = "", plain: bool = False
-) -> list[list[int]]:
-    """Token ids of each text under ``base_gguf``'s vocabulary: rendered as a first chat turn under
-    ``system_prompt`` as the chat would (the generation prompt included), or ``plain`` as bare text."""
-    import llama_cpp
-    from llama_cpp import _internals
-
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    try:
-        model = _internals.LlamaModel(path_model=str(base_gguf), params=params, verbose=False)
-    except (ValueError, RuntimeError, OSError) as exc:
-        raise TrainError(f"llama.cpp could not read the vocabulary of {base_gguf} ({exc}).") from exc
-    try:
-        if plain:
-            return [model.tokenize(t.encode("utf-8"), add_bos=False, special=False) for t in texts]
-        chat, add_bos = gguf_chat_template(model, model.metadata(), base_gguf)  # as the engine reads it
-        out = []
-        for text in texts:
-            rendered = chat.render(build_messages(system_prompt, [], text), thinking=False)
-            out.append(model.tokenize(rendered.encode("utf-8"), add_bos=add_bos, special=True))
-        return out
-    finally:
-        model.close()
 
 
 def check(learner: Any, guard: GuardSet, max_ratio: float) -> dict[str, Any]:

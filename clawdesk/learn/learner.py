@@ -287,15 +287,17 @@ class Learner:
             teacher[i] = lp
         return ref, teacher
 
-    def sample(self, prompts: Sequence[Sequence[int]], *, max_tokens: int, temperature: float, seed: int):
-        """Replies sampled from the base (adapter disabled) for ``prompts``, batched by the token budget."""
+    def sample(
+        self, prompts: Sequence[Sequence[int]], *, max_tokens: int, temperature: float, seed: int, adapter: bool = False
+    ):
+        """Replies sampled for ``prompts`` from the base (``adapter`` False) or the adapter, batched by token budget."""
         from clawdesk.learn.sampling import sample_replies
 
         eos = self.model.get_base_model().config.eos_token_id
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         out: list[list[int]] = [[] for _ in prompts]
         self.model.eval()
-        with self.model.disable_adapter():
+        with contextlib.nullcontext() if adapter else self.model.disable_adapter():
             for k, group in enumerate(micro_batches([len(p) + max_tokens for p in prompts], self.config.token_budget)):
                 replies = sample_replies(
                     self.model, [prompts[i] for i in group], self.device, max_tokens=max_tokens,

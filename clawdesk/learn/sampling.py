@@ -1,4 +1,5 @@
-"""Sampling replies in the trainer process: the teacher's for context distillation, the base's for the anchor.
+"""Sampling replies in the trainer process: the teacher's for context distillation, the base's for the anchor,
+the adapter's own greedy ones for the learned check.
 
 Owns one function, :func:`sample_replies`, a plain KV-cached decoding loop over a left-padded batch
 (position ids counted from each row's first real token, as :func:`clawdesk.learn.learner.reply_logprobs`
@@ -29,7 +30,8 @@ def sample_replies(
     """One sampled reply per prompt, at most ``max_tokens`` tokens, ending with an ``eos_ids`` token when one came.
 
     ``model`` is a causal LM (a PeftModel samples with whatever adapter state its caller set, e.g.
-    inside ``disable_adapter()``). Sampling is from softmax(logits / ``temperature``), no top-p.
+    inside ``disable_adapter()``). Sampling is from softmax(logits / ``temperature``), no top-p;
+    ``temperature`` 0 is greedy (the learned check's own replies).
     """
     import torch
 
@@ -82,5 +84,7 @@ def _cache_keyword(model) -> str:
 def _draw(logits: Any, temperature: float, gen: Any):
     import torch
 
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,) greedy: what the model writes when it is not sampled
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V) fp32: bf16 rounds small probs to 0
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # (B,)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
-from clawdesk.learn import consolidate, optim_state, versions
+from clawdesk.learn import consolidate, optim_state, versions, vocab
 from clawdesk.learn.anchor import default_anchor_path, load_anchor_prompts
 from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
@@ -328,7 +328,10 @@ class _Run:
     def memory_check(self, learner: Learner, batch: list[Sample], step: int) -> list[consolidate.ItemCheck]:
         """Which kept preference items the new weights carry (measured, nothing changed yet)."""
         self.progress("validating", step, "checking which preference items the adapter carries")
-        return consolidate.check_items(self.store, learner, self.base_sha256, trained_now={s.turn_id for s in batch})
+        return consolidate.check_items(
+            self.store, learner, self.base_sha256, trained_now={s.turn_id for s in batch},
+            decode=lambda replies: vocab.detokenize(self.base_gguf, replies),
+        )  # fmt: skip
 
     def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
         """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""

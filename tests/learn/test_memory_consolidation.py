@@ -228,3 +228,49 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
     # Disagrees (the gap above the threshold): kept in the prompt.
     (disagree,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=0.99)
     assert disagree.decision == "kept" and get_preference(store, item.id).status == "active"
+
+
+# -- the behaviour test: what the adapter writes without the item ---------------------------------
+
+OPENING = "Begin your reply with the exact words 'Hi there!' and then answer."
+
+
+@pytest.mark.slow
+def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
+    learner, engine, config, store, demo_gguf
+):
+    """A fresh LoRA is the base: the log-prob criterion is met by a lenient threshold, but without the item
+    the replies do not open as they do with it, so the item stays; without ``decode`` it would have left."""
+    from clawdesk.learn.vocab import detokenize
+
+    item = add_preference(store, OPENING).item
+    turn_ids = [
+        _served(engine, config, store, memory=True, text=t, placement="user")
+        for t in ("Name three fruits.", "How do I descale a kettle?")  # with it, both open "Hi there!"
+    ]
+    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
+    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
+    assert blind.decision == "learned" and blind.form is None  # the log-prob criterion alone retires it
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, decode=decode)
+    assert (c.form, c.form_n) == ("opening", 2) and c.form_agree < 2
+    assert c.decision == "kept" and c.form_held_back
+    (line,) = consolidate.apply_checks(store, [c])
+    assert f"preference #{item.id} stays in the prompt" in line and "differ in opening" in line
+    assert get_preference(store, item.id).status == "active"
+
+
+@pytest.mark.slow
+def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(learner, engine, config, store, demo_gguf):
+    """Where the replies with and without the item do the same on its aspect, it leaves the prompt."""
+    from clawdesk.learn.vocab import detokenize
+
+    item = add_preference(store, ITEM).item  # no lists: a one-line sum has none either way
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 2 + 2?", placement="user")]
+    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
+    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    # Meet the log-prob criterion by construction (a fresh LoRA: gap = base_gap, of either sign).
+    lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, decode=decode, **lenient)
+    assert (c.form, c.form_agree, c.form_n) == ("lists", 1, 1) and c.decision == "learned", c
+    (line,) = consolidate.apply_checks(store, [c])
+    assert "agree in lists on 1 of 1" in line and get_preference(store, item.id).status == "learned"
