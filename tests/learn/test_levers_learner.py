@@ -137,6 +137,24 @@ def test_sampling_is_seeded_batch_independent_and_stops_at_the_end_token(tiny_gg
     assert all(1 <= len(r) <= 12 for r in a)
     stop = greedy[0][0]  # its first token made an end token: the reply is that one token
     assert sample_replies(model, [prompts[0]], temperature=1e-4, seed=0, **(kw | {"eos_ids": [stop]}))[0] == [stop]
+    # Temperature 0 is exact greedy decoding (the learned check's own replies): the seed does not matter.
+    argmax = sample_replies(model, prompts, temperature=0.0, seed=0, **kw)
+    assert argmax == greedy == sample_replies(model, prompts, temperature=0.0, seed=99, **kw)
+
+
+def test_sample_with_the_adapter_writes_what_the_adapter_learned(tiny_gguf):
+    learner = _learner(tiny_gguf, lr=5e-2, epochs=1, w_opd=0.0)
+    prompt = [5, 6, 7]
+    target = [11, 12, 13, 14]
+    base_reply = learner.sample([prompt], max_tokens=4, temperature=0.0, seed=0)[0]
+    assert target != base_reply
+    good = Sample(turn_id=1, prompt_ids=prompt, reply_ids=target, reward=1.0, hint=None, teacher_prompt_ids=None)
+    for _ in range(40):
+        if learner.sample([prompt], max_tokens=4, temperature=0.0, seed=0, adapter=True)[0] == target:
+            break
+        learner.step([good], *learner.score([good]), stop=lambda: False)
+    assert learner.sample([prompt], max_tokens=4, temperature=0.0, seed=0, adapter=True)[0] == target
+    assert learner.sample([prompt], max_tokens=4, temperature=0.0, seed=0)[0] == base_reply  # the base is unchanged
 
 
 def test_distill_samples_are_teacher_replies_in_the_student_prompt(tiny_gguf):
