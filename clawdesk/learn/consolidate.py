@@ -48,6 +48,7 @@ adapters`` readers can see why an item was retired.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -67,6 +68,7 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
+FORM_SHARE = 1.0  # the share of compared prompts whose replies must agree (rounded up)
 FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)
 
 Decode = Callable[[Sequence[Sequence[int]]], list[str]]  # token ids -> text, under the base's vocabulary
@@ -94,7 +96,7 @@ class ItemCheck:
     @property
     def form_held_back(self) -> bool:
         """The log-prob criterion was met, but the adapter's replies without the item still differ."""
-        return self.form_n is not None and self.form_agree is not None and self.form_agree < self.form_n
+        return self.form is not None and self.decision == "kept"
 
     def record(self) -> dict:
         return asdict(self)
@@ -110,6 +112,7 @@ def check_items(
     learn_ratio: float = LEARN_RATIO,
     return_ratio: float = RETURN_RATIO,
     min_effect: float = MIN_EFFECT,
+    form_share: float = FORM_SHARE,
     turns: int = CHECK_TURNS,
     tokens: int = CHECK_TOKENS,
 ) -> list[ItemCheck]:
@@ -146,7 +149,7 @@ def check_items(
             kind = aspect(item.text)
             if decode is not None and kind in reply_form.FORM_ASPECTS:
                 form = _behaviour(learner, found, kind, decode)
-                if form["form_agree"] < form["form_n"]:
+                if form["form_agree"] < math.ceil(form_share * form["form_n"]):
                     decision = "kept"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
             newer = newer_related(store, item)
