@@ -68,7 +68,8 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
-FORM_SHARE = 1.0  # the share of compared prompts whose replies must agree (rounded up)
+FORM_TURNS = 8  # prompts the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
+FORM_SHARE = 0.85  # the share of them whose replies must agree, rounded up: 7 of 8
 FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)
 
 Decode = Callable[[Sequence[Sequence[int]]], list[str]]  # token ids -> text, under the base's vocabulary
@@ -113,6 +114,7 @@ def check_items(
     return_ratio: float = RETURN_RATIO,
     min_effect: float = MIN_EFFECT,
     form_share: float = FORM_SHARE,
+    form_turns: int = FORM_TURNS,
     turns: int = CHECK_TURNS,
     tokens: int = CHECK_TOKENS,
 ) -> list[ItemCheck]:
@@ -148,7 +150,7 @@ def check_items(
             decision = "learned"
             kind = aspect(item.text)
             if decode is not None and kind in reply_form.FORM_ASPECTS:
-                form = _behaviour(learner, found, kind, decode)
+                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), kind, decode)
                 if form["form_agree"] < math.ceil(form_share * form["form_n"]):
                     decision = "kept"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
