@@ -254,6 +254,11 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, decode=decode)
     assert (c.form, c.form_n) == ("opening", 2) and c.form_agree < 2
     assert c.decision == "kept" and c.form_held_back
+    # The share of prompts that must agree, and how many are compared, are the test's two knobs.
+    (none_needed,) = consolidate.check_items(
+        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, decode=decode, form_share=0.0, form_turns=1
+    )
+    assert (none_needed.form_n, none_needed.decision, none_needed.form_held_back) == (1, "learned", False)
     (line,) = consolidate.apply_checks(store, [c])
     assert f"preference #{item.id} stays in the prompt" in line and "differ in opening" in line
     assert get_preference(store, item.id).status == "active"
