@@ -25,9 +25,10 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
 - the adapter *writes* it (the behaviour test, when the trainer gives the check a ``decode``): on an
   item whose aspect (:func:`~clawdesk.store.pref_topics.aspect`) has a surface feature
   (:mod:`clawdesk.learn.reply_form`: length, lists, paragraphs, opening, closing), the adapter's
-  greedy replies to the same prompts *with* the items and *without* them (up to
-  :data:`FORM_TOKENS` tokens, so where a reply ends counts) agree on that feature on every prompt.
-  So the item leaves the prompt only when the person would not see the difference. The log-prob
+  greedy replies *with* the items and *without* them (up to :data:`FORM_TOKENS` tokens, so where a
+  reply ends counts) agree on that feature on :data:`FORM_SHARE` of up to :data:`FORM_TURNS` recent
+  prompts that held it (7 of 8). So the item leaves the prompt only when the person would hardly see
+  the difference. The log-prob
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
@@ -41,7 +42,7 @@ reverse it, so the old item is *held* out of the prompt
 Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
 few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired adds two
-greedy generations per prompt (with and without the items). The numbers of every check
+greedy generations of up to :data:`FORM_TOKENS` tokens per compared prompt (with and without the items). The numbers of every check
 go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so ``clawdesk
 adapters`` readers can see why an item was retired.
 """
