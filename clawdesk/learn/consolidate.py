@@ -41,10 +41,10 @@ reverse it, so the old item is *held* out of the prompt
 
 Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK_TURNS`` prompts of
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
-few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired adds two
-greedy generations of up to :data:`FORM_TOKENS` tokens per compared prompt (with and without the items). The numbers of every check
-go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so ``clawdesk
-adapters`` readers can see why an item was retired.
+few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired
+adds two greedy generations of up to :data:`FORM_TOKENS` tokens per compared prompt (with and without
+the items). The numbers of every check go into the version's ``validation`` (``adapters.validation``
+and ``metadata.json``), so ``clawdesk adapters`` readers can see why an item was retired.
 """
 
 from __future__ import annotations
