@@ -28,11 +28,11 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   greedy replies *with* the items and *without* them (up to :data:`FORM_TOKENS` tokens, so where a
   reply ends counts) agree on that feature on :data:`FORM_SHARE` of up to :data:`FORM_TURNS` recent
   prompts that held it (7 of 8). So the item leaves the prompt only when the person would hardly see
-  the difference. The log-prob
-  criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
-  held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
-  adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
-  length is one end token among many). It runs only for an item the other criteria would retire.
+  the difference. The log-prob criterion alone retired items while the adapter still wrote
+  base-like replies (`brief`: the held-out score 0.98 → 0.69 right after), since it scores the
+  served replies, not what the adapter writes; a log-prob score of the adapter's own replies did
+  not see it either (a reply's length is one end token among many). It runs only for an item the
+  other criteria would retire.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
 is active again, unless an item on a related topic was noted after it was learned: that one may
