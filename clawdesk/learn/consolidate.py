@@ -27,11 +27,14 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   (:mod:`clawdesk.learn.reply_form`: length, lists, paragraphs, opening, closing), the adapter's
   greedy replies *with* the items and *without* them (up to :data:`FORM_TOKENS` tokens, so where a
   reply ends counts) agree on that feature on :data:`FORM_SHARE` of up to :data:`FORM_TURNS` recent
-  prompts that held it (7 of 8). So the item leaves the prompt only when the person would hardly see
-  the difference. The log-prob criterion alone retired items while the adapter still wrote
-  base-like replies (`brief`: the held-out score 0.98 → 0.69 right after), since it scores the
-  served replies, not what the adapter writes; a log-prob score of the adapter's own replies did
-  not see it either (a reply's length is one end token among many). It runs only for an item the
+  prompts that held it (7 of 8); on length in the item's direction where its words give one
+  (:func:`~clawdesk.store.pref_topics.length_direction`: without "at most 40 words" a *shorter* reply
+  still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions). So the
+  item leaves the prompt only when the person would hardly see the difference. The log-prob
+  criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
+  held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
+  adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
+  length is one end token among many). It runs only for an item the
   other criteria would retire.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
@@ -56,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
-from clawdesk.store.pref_topics import aspect
+from clawdesk.store.pref_topics import aspect, length_direction
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
 
@@ -94,6 +97,7 @@ class ItemCheck:
     form_agree: int | None = None  # prompts whose replies with and without the items agree on it
     form_n: int | None = None  # prompts compared
     form_words: tuple[float, float] | None = None  # mean words of those replies, with and without the items
+    form_direction: str | None = None  # a length item's direction ("shorter" / "longer"): a reply past it agrees
 
     @property
     def form_held_back(self) -> bool:
@@ -151,7 +155,9 @@ def check_items(
             decision = "learned"
             kind = aspect(item.text)
             if decode is not None and kind in reply_form.FORM_ASPECTS:
-                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), kind, decode)
+                direction = length_direction(item.text) if kind == "length" else None
+                recent = item_turns(store, item.id, base_sha256, limit=form_turns)
+                form = _behaviour(learner, recent, kind, direction, decode)
                 if form["form_agree"] < math.ceil(form_share * form["form_n"]):
                     decision = "kept"
         elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
@@ -163,15 +169,21 @@ def check_items(
     return out
 
 
-def _behaviour(learner: Learner, found: list, kind: str, decode: Decode) -> dict:
+def _behaviour(learner: Learner, found: list, kind: str, direction: str | None, decode: Decode) -> dict:
     """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``."""
     found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
     prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
     replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
     served, own = replies[: len(found)], replies[len(found) :]
     mean_words = tuple(sum(len(reply_form.words(r)) for r in rs) / len(rs) for rs in (served, own))
-    agree = reply_form.agreement(kind, served, own)
-    return {"form": kind, "form_agree": agree, "form_n": len(found), "form_words": mean_words}
+    agree = reply_form.agreement(kind, served, own, direction)
+    return {
+        "form": kind,
+        "form_agree": agree,
+        "form_n": len(found),
+        "form_words": mean_words,
+        "form_direction": direction,
+    }
 
 
 def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
@@ -185,8 +197,11 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
             )
             continue
         if c.form_held_back:
+            # A length item with a direction fails only on replies that go the wrong way: say which.
+            wrong = {"shorter": "are longer than with it", "longer": "are shorter than with it"}
+            differ = wrong.get(c.form_direction or "", f"differ in {c.form}")
             lines.append(
-                f"preference #{c.item_id} stays in the prompt: the adapter's replies without it differ in {c.form} "
+                f"preference #{c.item_id} stays in the prompt: the adapter's replies without it {differ} "
                 f"on {c.form_n - c.form_agree} of {c.form_n} prompts (gap {c.gap:.3f} nats/token, before training "
                 f"{c.base_gap:.3f}; words with / without it {c.form_words[0]:.0f} / {c.form_words[1]:.0f})"
             )

@@ -3,7 +3,8 @@
 Owns the surface features of a reply's text that the aspects of :mod:`clawdesk.store.pref_topics` name
 (``length``: words; ``lists``: whether it has list lines; ``paragraphs``: how many, up to 3;
 ``opening`` / ``closing``: its first / last :data:`EDGE_WORDS` words) and the rule for when two
-replies to the same prompt agree on one (:func:`agrees`).
+replies to the same prompt agree on one (:func:`agrees`; on ``length`` in the direction the item points, where
+it says one).
 
 Why: the learned check's log-prob criterion scores the *served* replies, and per-token log-probs do
 not see where a reply ends or what shape it has. On ``brief`` the item left the prompt while the
@@ -44,24 +45,38 @@ def paragraphs(text: str) -> int:
     return min(sum(1 for block in _BLANK_LINE.split(text) if block.strip()), MAX_PARAGRAPHS)
 
 
-def agrees(aspect: str, a: str, b: str) -> bool:
-    """Whether replies ``a`` and ``b`` do the same on ``aspect`` (one of :data:`FORM_ASPECTS`)."""
+def agrees(aspect: str, served: str, own: str, direction: str | None = None) -> bool:
+    """Whether ``own`` (the adapter's reply without the items) does what ``served`` (with them) does on ``aspect``.
+
+    ``aspect`` is one of :data:`FORM_ASPECTS`. On ``length`` the word counts must be close (within
+    :data:`LENGTH_RATIO` or :data:`LENGTH_SLACK` words) unless ``direction`` says which way the item
+    points (:func:`clawdesk.store.pref_topics.length_direction`): for ``"shorter"`` a reply without the
+    item that is shorter agrees too, for ``"longer"`` one that is longer. Without a direction the rule is
+    symmetric.
+    """
+    if direction not in (None, "shorter", "longer"):
+        raise ValueError(f"a length direction is 'shorter', 'longer' or None, not {direction!r}")
     if aspect == "length":
-        n, m = sorted((len(words(a)), len(words(b))))
-        return m <= LENGTH_RATIO * n or m - n <= LENGTH_SLACK
+        n, m = len(words(served)), len(words(own))
+        if (direction == "shorter" and m <= n) or (direction == "longer" and m >= n):
+            return True
+        lo, hi = sorted((n, m))
+        return hi <= LENGTH_RATIO * lo or hi - lo <= LENGTH_SLACK
     if aspect == "lists":
-        return has_list(a) == has_list(b)
+        return has_list(served) == has_list(own)
     if aspect == "paragraphs":
-        return paragraphs(a) == paragraphs(b)
+        return paragraphs(served) == paragraphs(own)
     if aspect == "opening":
-        return words(a)[:EDGE_WORDS] == words(b)[:EDGE_WORDS]
+        return words(served)[:EDGE_WORDS] == words(own)[:EDGE_WORDS]
     if aspect == "closing":
-        return words(a)[-EDGE_WORDS:] == words(b)[-EDGE_WORDS:]
+        return words(served)[-EDGE_WORDS:] == words(own)[-EDGE_WORDS:]
     raise ValueError(f"no surface feature for the aspect {aspect!r}; one of {', '.join(FORM_ASPECTS)}")
 
 
-def agreement(aspect: str | None, served: Sequence[str], own: Sequence[str]) -> int | None:
+def agreement(
+    aspect: str | None, served: Sequence[str], own: Sequence[str], direction: str | None = None
+) -> int | None:
     """How many prompts' pairs (``served[i]``, ``own[i]``) agree on ``aspect``; None if it has no surface feature."""
     if aspect not in FORM_ASPECTS:
         return None
-    return sum(agrees(aspect, a, b) for a, b in zip(served, own, strict=True))
+    return sum(agrees(aspect, a, b, direction) for a, b in zip(served, own, strict=True))

@@ -103,6 +103,52 @@ def aspect(text: str) -> str | None:
     return max(ASPECTS, key=lambda name: (counts.get(name, 0), -ASPECTS.index(name)))
 
 
+# -- which way a length wish points ---------------------------------------------------------
+
+# "Too brief" and "no longer than" say the opposite of their brevity / length word, so they are
+# read first and taken out before the other cues are counted.
+_LONGER: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"\btoo (?:short|brief|terse|thin|little)\b",
+        r"\b(?:longer|lengthier|more (?:detail\w*|thorough|depth)|detailed|elaborate|thorough|in[- ]depth"
+        r"|expand\w*|deeper|fuller|feels? thin)\b",
+        r"\b(?:at least|more than|over) \w+(?: \w+)? (?:words?|sentences?|lines?|paragraphs?)\b",
+    )
+)
+_SHORTER: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"\b(?:brief|briefer|briefly|brevity|short|shorter|shorten|concise|succinct|terse|gist|summar\w*|tl;?dr"
+        r"|trim|cut (?:it |that |this )?down|to the point|nothing more|essays?|novel|verbose|wordy|rambl\w*"
+        r"|fluff|padding|too long|too much|way more|wall of text|half)\b",
+        r"\b(?:under|at most|max|maximum|no more than|fewer than|less than|no longer than) \w+"
+        r" (?:words?|sentences?|lines?)\b",
+        r"\bwords or (?:fewer|less)\b",
+        rf"\b{_NUM} (?:short )?(?:sentences?|lines?)\b",
+    )
+)
+
+
+def length_direction(text: str) -> str | None:
+    """Which way a wish about length points: ``"shorter"``, ``"longer"``, or None (no cue, or a tie).
+
+    Why: the behaviour test (:mod:`clawdesk.learn.reply_form`) compares the adapter's replies without
+    an item with those with it; for "at most 40 words" a reply without it that is *shorter* still does
+    what the item asks, and only a longer one shows the item is not yet learned.
+    """
+    plain = _QUOTED.sub(" ", text.lower())
+    plain = re.sub(r"\bno longer than\b", "at most", plain)
+    longer = 0
+    for pattern in _LONGER:
+        longer += len(pattern.findall(plain))
+        plain = pattern.sub(" ", plain)
+    shorter = sum(len(pattern.findall(plain)) for pattern in _SHORTER)
+    if longer == shorter:
+        return None
+    return "shorter" if shorter > longer else "longer"
+
+
 # -- the word rule -----------------------------------------------------------------------------
 
 # Words that carry no topic: function words, politeness, negations and the verbs every preference

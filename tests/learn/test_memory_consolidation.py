@@ -279,3 +279,31 @@ def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(learn
     assert (c.form, c.form_agree, c.form_n) == ("lists", 1, 1) and c.decision == "learned", c
     (line,) = consolidate.apply_checks(store, [c])
     assert "agree in lists on 1 of 1" in line and get_preference(store, item.id).status == "learned"
+
+
+@pytest.mark.slow
+def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf):
+    """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
+    from clawdesk.learn.vocab import detokenize
+
+    add_preference(store, "Answer in at most five words.")
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 2 + 2?", placement="user")]
+    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
+    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, decode=decode, **lenient)
+    assert (c.form, c.form_direction, c.form_n) == ("length", "shorter", 1), c
+    assert c.decision == ("learned" if c.form_agree == 1 else "kept")
+    with_item, without = c.form_words
+    assert (c.form_agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
+
+
+def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
+    held = consolidate.ItemCheck(
+        item_id=3, status="active", n_turns=3, n_tokens=96, n_trained=8, gap=0.01, base_gap=0.2, decision="kept",
+        form="length", form_agree=4, form_n=8, form_words=(22.0, 43.0), form_direction="shorter",
+    )  # fmt: skip
+    (line,) = consolidate.apply_checks(None, [held])
+    assert "#3 stays in the prompt: the adapter's replies without it are longer than with it on 4 of 8" in line
+    symmetric = dataclasses.replace(held, form_direction=None)
+    assert "differ in length on 4 of 8" in consolidate.apply_checks(None, [symmetric])[0]

@@ -56,6 +56,29 @@ def test_opening_and_closing_compare_the_edge_words():
     assert not agrees("closing", "Boil the water. Hope this helps!", "Boil the water.")
 
 
+@pytest.mark.parametrize(
+    ("served", "own", "direction", "same"),
+    [
+        (40, 20, "shorter", True),  # without the item the adapter is briefer still: it does what "at most 40" asks
+        (40, 40, "shorter", True),
+        (20, 40, "shorter", False),  # longer beyond the factor: not learned
+        (31, 40, "shorter", True),  # longer, but within the factor
+        (40, 20, "longer", False),
+        (20, 40, "longer", True),
+        (40, 20, None, False),  # no direction: the symmetric rule
+    ],
+)
+def test_a_length_direction_counts_a_reply_past_the_item_as_agreeing(served, own, direction, same):
+    assert agrees("length", _n_words(served), _n_words(own), direction) is same
+
+
+def test_a_direction_is_read_only_on_length_and_must_be_known():
+    assert agrees("lists", "- a", "- b", "shorter")  # lists ignore it
+    assert agreement("length", [_n_words(40)] * 2, [_n_words(10), _n_words(60)], "shorter") == 1
+    with pytest.raises(ValueError, match="direction"):
+        agrees("length", "a", "b", "less")
+
+
 def test_agreement_counts_pairs_and_has_no_feature_for_language_or_tone():
     served = ["Short.", _n_words(60), "Also short."]
     own = ["Brief too.", _n_words(20), _n_words(70)]
