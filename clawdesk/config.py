@@ -89,6 +89,11 @@ class JudgeConfig:
     # Tool steps: failure evidence in results whose status is ok ("2 failed", a traceback, {"ok":
     # false}) decides before the model (clawdesk/judge/evidence.py; measured in docs/learning.md).
     tool_evidence: bool = True
+    # channel only: a next message the judge scored unsatisfied that names an aspect of a reply's form
+    # (length, lists, paragraphs, opening, closing, tone, language: clawdesk/store/pref_topics.py)
+    # says how the reply should have been, so it is the hint even when the directive votes said no
+    # (measured in docs/learning.md, "Form wishes as hints").
+    form_hints: bool = True
 
     def __post_init__(self) -> None:
         _check(1 <= self.votes <= 15, f"judge.votes must be in 1..15, got {self.votes}")

@@ -150,7 +150,7 @@ def _judged(judge, case: dict[str, Any], *, seed: int) -> dict[str, Any]:
     return {
         "id": case["id"], "category": case["category"], "label": case["label"], "reward": verdict.reward,
         "votes": verdict.votes, "score_outputs": verdict.score_outputs, "directive": case["directive"],
-        "hint": verdict.hint,
+        "hint": verdict.hint, "note": verdict.note,
         "prompt_version": verdict.prompt_version,
     }  # fmt: skip
 

@@ -29,12 +29,13 @@ from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine
 from clawdesk.engine.gate import ChatGate
 from clawdesk.judge import channel
-from clawdesk.judge.parse import enhanced_user_message, hint_problem, majority
+from clawdesk.judge.parse import enhanced_user_message, hint_from_next_state, hint_problem, majority
 from clawdesk.judge.teacher import ServedContext, step_context, teacher_prompt, turn_context
 from clawdesk.judge.tool_steps import cast_rules, next_state
 from clawdesk.judge.vote import JUDGE_PROMPT_CHUNK, Ballot, NextState, Verdict, VoteMethod, VoteProgress
 from clawdesk.store import Store
 from clawdesk.store.judgments import Judgment, PendingTurn
+from clawdesk.store.pref_topics import aspect
 from clawdesk.store.step_judgments import PendingStep, StepJudgment
 from clawdesk.store.turn_memory import turn_memory_block
 
@@ -110,9 +111,27 @@ class Judge:
             cast = method.cast(self, request, reply, next_state, ballot, seed=seed)
         version, hint = cast
         note = ""
+        if hint is None and self._form_wish(next_state, ballot):
+            hint = hint_from_next_state(next_state.text)
+            note = f"hint taken as a wish about {aspect(next_state.text)} (judge.form_hints)"
         if hint is not None and (problem := hint_problem(hint, reply=reply)):
             hint, note = None, problem
         return Verdict(version, ballot.outputs["score"], ballot.votes["score"], ballot.outputs["hint"], hint, note)
+
+    def _form_wish(self, next_state: NextState, ballot: Ballot) -> bool:
+        """A message judged unsatisfied that names an aspect of a reply's form says how the reply should
+        have been, whatever the directive votes said (``judge.form_hints``, channel only).
+
+        Why: the demo judge accepted a hint on 0.20-0.38 of the unsatisfied replies of ``no-lists``,
+        so a person's "please don't use lists" became a memory item only after 12-23 interactions.
+        """
+        return (
+            self.config.form_hints
+            and self.method is channel.TURN
+            and not next_state.is_tool_step
+            and majority(ballot.votes["score"]) == -1
+            and aspect(next_state.text) is not None
+        )
 
     def _teacher(
         self, verdict: Verdict, user_content: str, context: Callable[[], ServedContext]

@@ -94,3 +94,39 @@ def test_the_directive_margin_tips_a_close_vote_to_yes():
     assert channel.decide(close, channel.HINT_SECTIONS, prior={"says-how yes": channel.SAYS_HOW_MARGIN})[0] == 1
     far = {"says-how yes": -10.0, "says-how no": -7.0}
     assert channel.decide(far, channel.HINT_SECTIONS, prior={"says-how yes": channel.SAYS_HOW_MARGIN})[0] == 0
+
+
+class _ScriptedChannel(Judge):
+    """The demo engine's judge with scripted framing scores (the model boundary): every vote says
+    unsatisfied and "says nothing about how" by far, so only ``judge.form_hints`` can accept a hint."""
+
+    def continuation_logprob(self, prompt_text: str, continuation: str) -> float:
+        frames = channel.load_frames()
+        wins = (*frames.framings["unsatisfied"], *frames.framings["says-how no"])
+        return -1.0 if any(prompt_text.endswith(f) for f in wins) else -20.0
+
+
+@pytest.mark.parametrize(
+    ("next_message", "form_hints", "hint"),
+    [
+        ("Please no lists, one short paragraph.", True, "Please no lists, one short paragraph."),
+        ("Please no lists, one short paragraph.", False, None),  # the directive votes alone: no
+        ("That is wrong, the capital is Canberra.", True, None),  # unsatisfied, but no wish about form
+    ],
+)
+def test_a_form_wish_judged_unsatisfied_is_the_hint_when_form_hints_are_on(engine, next_message, form_hints, hint):
+    judge = _ScriptedChannel(engine, JudgeConfig(votes=3, form_hints=form_hints))
+    verdict = judge.vote("How do I make tea?", "1. Boil water\n2. Add a tea bag", NextState(next_message))
+    assert verdict.reward == -1 and verdict.votes == [-1, -1, -1]
+    assert verdict.hint == hint
+    assert ("judge.form_hints" in verdict.note) is (hint is not None)
+
+
+def test_a_satisfied_message_naming_a_form_gets_no_hint(engine):
+    class Happy(_ScriptedChannel):
+        def continuation_logprob(self, prompt_text: str, continuation: str) -> float:
+            happy = channel.load_frames().framings["satisfied"]
+            return -1.0 if any(prompt_text.endswith(f) for f in happy) else -20.0
+
+    verdict = Happy(engine, JudgeConfig(votes=3)).vote(*COMPLAINT[:2], NextState("Love that it's short, thanks."))
+    assert verdict.reward == 1 and verdict.hint is None and verdict.note == ""
