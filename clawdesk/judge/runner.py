@@ -111,27 +111,28 @@ class Judge:
             cast = method.cast(self, request, reply, next_state, ballot, seed=seed)
         version, hint = cast
         note = ""
-        if hint is None and self._form_wish(next_state, ballot):
+        if hint is None and (wish := self._form_wish(next_state, ballot)):
             hint = hint_from_next_state(next_state.text)
-            note = f"hint taken as a wish about {aspect(next_state.text)} (judge.form_hints)"
+            note = f"hint taken as a wish about {wish} (judge.form_hints)"
         if hint is not None and (problem := hint_problem(hint, reply=reply)):
             hint, note = None, problem
         return Verdict(version, ballot.outputs["score"], ballot.votes["score"], ballot.outputs["hint"], hint, note)
 
-    def _form_wish(self, next_state: NextState, ballot: Ballot) -> bool:
-        """A message judged unsatisfied that names an aspect of a reply's form says how the reply should
-        have been, whatever the directive votes said (``judge.form_hints``, channel only).
+    def _form_wish(self, next_state: NextState, ballot: Ballot) -> str | None:
+        """The aspect of a reply's form that a message judged unsatisfied names, if any: such a message
+        says how the reply should have been, whatever the directive votes said (``judge.form_hints``,
+        channel only). None when the rule does not apply.
 
         Why: the demo judge accepted a hint on 0.20-0.38 of the unsatisfied replies of ``no-lists``,
         so a person's "please don't use lists" became a memory item only after 12-23 interactions.
         """
-        return (
+        applies = (
             self.config.form_hints
             and self.method is channel.TURN
             and not next_state.is_tool_step
             and majority(ballot.votes["score"]) == -1
-            and aspect(next_state.text) is not None
         )
+        return aspect(next_state.text) if applies else None
 
     def _teacher(
         self, verdict: Verdict, user_content: str, context: Callable[[], ServedContext]

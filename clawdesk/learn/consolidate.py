@@ -34,8 +34,7 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
-  length is one end token among many). It runs only for an item the
-  other criteria would retire.
+  length is one end token among many). It runs only for an item the other criteria would retire.
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
 is active again, unless an item on a related topic was noted after it was learned: that one may

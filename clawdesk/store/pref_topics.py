@@ -122,7 +122,7 @@ _SHORTER: tuple[re.Pattern[str], ...] = tuple(
         r"\b(?:brief|briefer|briefly|brevity|short|shorter|shorten|concise|succinct|terse|gist|summar\w*|tl;?dr"
         r"|trim|cut (?:it |that |this )?down|to the point|nothing more|essays?|novel|verbose|wordy|rambl\w*"
         r"|fluff|padding|too long|too much|way more|wall of text|half)\b",
-        r"\b(?:under|at most|max|maximum|no more than|fewer than|less than|no longer than) \w+"
+        r"\b(?:under|at most|max|maximum|no more than|fewer than|less than) \w+"
         r" (?:words?|sentences?|lines?)\b",
         r"\bwords or (?:fewer|less)\b",
         rf"\b{_NUM} (?:short )?(?:sentences?|lines?)\b",
@@ -138,7 +138,7 @@ def length_direction(text: str) -> str | None:
     what the item asks, and only a longer one shows the item is not yet learned.
     """
     plain = _QUOTED.sub(" ", text.lower())
-    plain = re.sub(r"\bno longer than\b", "at most", plain)
+    plain = re.sub(r"\bno longer than\b", "at most", plain)  # before _LONGER takes its "longer"
     longer = 0
     for pattern in _LONGER:
         longer += len(pattern.findall(plain))
