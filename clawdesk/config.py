@@ -156,8 +156,13 @@ class TrainConfig:
     distill_samples: int = 0
     w_distill: float = 1.0  # weight of the distillation term against the combined loss
     distill_max_weight: float = 4.0  # clip of its per-token importance weight π_teacher / π_served
-    distill_max_tokens: int = 128  # length cap of a sampled teacher reply
+    distill_max_tokens: int = 128  # length cap of a sampled teacher reply (and of a student_samples reply)
     distill_temperature: float = 0.7  # the teacher's sampling temperature (the chat's default)
+    # On-policy distillation on the adapter's own replies: replies sampled per teacher-bearing sample
+    # (a hint, or preference items in its served prompt) from the adapter in the student's prompt
+    # (without the items and the hint), at temperature 1, each token's advantage log π_teacher − log
+    # π_old, PPO-clipped, weighted by w_opd (learner.student_samples); 0 = off.
+    student_samples: int = 0
     # Keep AdamW's moments across a guard retry (from before the failed try) and across trainer runs
     # (saved as optimizer.safetensors beside each version's PEFT files; never exported).
     keep_optimizer: bool = False
@@ -169,6 +174,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
+        _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")
         _check(self.distill_max_weight >= 1, f"train.distill_max_weight must be >= 1, got {self.distill_max_weight}")
         for key in ("distill_max_tokens", "anchor_max_tokens"):

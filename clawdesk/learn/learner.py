@@ -326,6 +326,26 @@ class Learner:
         teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
         return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
 
+    def student_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
+        """On-policy distillation: ``train.student_samples`` replies per teacher-bearing sample from the adapter.
+
+        Each reply is sampled (temperature 1) from the adapter in the sample's own prompt, without the
+        preference items and the hint, so it is what the person would get once the items left the
+        prompt; its target is the teacher's log-probs of it (the base with the items and the hint).
+        The step learns it with the OPD advantage ``teacher − old`` (``part == "student"``).
+        """
+        cfg = self.config
+        taught = [s for s in samples if s.has_hint for _ in range(cfg.student_samples)]
+        if not taught:
+            return []
+        replies = self.sample(
+            [s.prompt_ids for s in taught], max_tokens=cfg.distill_max_tokens, temperature=1.0, seed=seed, adapter=True
+        )
+        kept = [(s, r) for s, r in zip(taught, replies, strict=True) if r]
+        kept = [(s, r) for s, r in kept if len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget]
+        teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
+        return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
+
     def anchor_replies(self, prompts: Sequence[Sequence[int]], *, seed: int) -> list[Extra]:
         """The base's own replies to ``prompts`` (temperature 1: a sample of its distribution), with its log-probs.
 
@@ -375,7 +395,7 @@ class Learner:
 
     def step(
         self, samples: Sequence[Sample], ref, teacher, *, stop: Callable[[], bool], on_micro=None,
-        distill: Sequence[Extra] = (), anchor: Sequence[Extra] = (),
+        distill: Sequence[Extra] = (), anchor: Sequence[Extra] = (), student: Sequence[Extra] = (),
     ):  # fmt: skip
         """``train.epochs`` optimizer passes over ``samples``; returns the last pass's metrics.
 
@@ -384,8 +404,9 @@ class Learner:
         The old log-probs are taken, detached, from the first pass's own forward (the policy
         before this update is exactly the one computing them) and kept for the later passes.
         ``distill`` (:meth:`distill_samples`) adds ``train.w_distill`` × the mean distillation
-        loss, ``anchor`` (:meth:`anchor_replies`) ``train.anchor_coef`` × the mean anchor KL, both
-        to the same gradient. With ``train.advantage = "baseline"`` the binary term's reward is
+        loss, ``anchor`` (:meth:`anchor_replies`) ``train.anchor_coef`` × the mean anchor KL and
+        ``student`` (:meth:`student_samples`) ``train.w_opd`` × the mean OPD loss on the adapter's own
+        replies, all to the same gradient. With ``train.advantage = "baseline"`` the binary term's reward is
         centred on the batch's mean (:func:`clawdesk.learn.objective.centered_reward`).
         """
         from clawdesk.learn.objective import centered_reward
@@ -398,10 +419,12 @@ class Learner:
             rewards = centered_reward(rewards)
         distill = distill if cfg.w_distill > 0 else ()
         anchor = anchor if cfg.anchor_coef > 0 else ()
+        student = student if cfg.w_opd > 0 else ()
         parts = [
             ("main", list(samples), micro_batches([s.n_tokens for s in samples], cfg.token_budget)),
             ("distill", list(distill), micro_batches([x.n_tokens for x in distill], cfg.token_budget)),
             ("anchor", list(anchor), micro_batches([x.n_tokens for x in anchor], cfg.token_budget)),
+            ("student", list(student), micro_batches([x.n_tokens for x in student], cfg.token_budget)),
         ]
         n_micro = sum(len(groups) for _, _, groups in parts)
         old: dict[tuple[str, int], Any] = {}  # per (part, micro-batch) (b, T), frozen at the first pass
@@ -455,20 +478,28 @@ class Learner:
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)
 
     def _extra_step(self, part: str, items: Sequence[Extra], group: list[int], old, k: int):
-        """Forward + backward of a distillation or anchor micro-batch; returns ``(metrics, n, seq_tokens)``."""
-        from clawdesk.learn.objective import anchor_kl, distill_loss
+        """Forward + backward of a distillation, anchor or student micro-batch; returns ``(metrics, n, seq_tokens)``."""
+        from clawdesk.learn.objective import anchor_kl, combined_loss, distill_loss
 
         torch, cfg = self._torch, self.config
         batch = [items[i] for i in group]
         logp, mask = reply_logprobs(self.model, [(x.prompt_ids, x.reply_ids) for x in batch], self.device)
         target = _aligned([x.target_logp for x in batch], logp.shape[1], torch.zeros_like(logp.detach()))  # (b, T)
+        if part in ("distill", "student") and (part, k) not in old:
+            old[part, k] = logp.detach()  # (b, T) the policy before this update, on these replies
         if part == "distill":
-            if (part, k) not in old:
-                old[part, k] = logp.detach()  # (b, T) the served policy on the teacher's replies
             loss, m = distill_loss(
                 logp, old[part, k], target, mask, eps=cfg.eps, eps_high=cfg.eps_high, max_weight=cfg.distill_max_weight
             )
             coef = cfg.w_distill
+        elif part == "student":  # the OPD term alone: no reward, and no KL (ref = old makes it vanish at β = 0)
+            b, dev = len(batch), self.device
+            loss, m = combined_loss(
+                logp, old[part, k], target, old[part, k], torch.zeros(b, device=dev),
+                torch.ones(b, dtype=torch.bool, device=dev), mask,
+                w_binary=0.0, w_opd=1.0, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=0.0,
+            )  # fmt: skip
+            coef = cfg.w_opd
         else:
             loss, m = anchor_kl(logp, target, mask)
             coef = cfg.anchor_coef

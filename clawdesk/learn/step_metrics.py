@@ -1,8 +1,9 @@
 """One learner step's metrics: the micro-batches' objective metrics combined into the batch's.
 
 Token means are weighted by reply tokens, the loss and reward by samples, the OPD advantage by
-hinted tokens; the levers' terms (context distillation, anchor) are reported beside them
-(``distill_loss``, ``distill_weight_mean``, ``anchor_loss``, ...) only when the step had them.
+hinted tokens; the levers' terms (context distillation, anchor, the adapter's own replies) are
+reported beside them (``distill_loss``, ``distill_weight_mean``, ``anchor_loss``, ``student_adv_mean``,
+...) only when the step had them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ class StepMetrics:
     """Combines combined_loss metrics of micro-batches into the batch's (token- or sample-weighted)."""
 
     TOKEN_MEANS = ("pg_loss", "kl", "adv_mean", "ratio_mean", "clip_frac")
+    # Per-token means of the lever parts, reported as "<part>_<key>" over that part's reply tokens.
+    PART_TOKEN_MEANS = {
+        "distill": ("weight_mean", "weight_clip_frac", "clip_frac"),
+        "student": ("adv_mean", "clip_frac"),
+    }
 
     def __init__(self):
         self.sums: dict[str, float] = {}
@@ -32,13 +38,12 @@ class StepMetrics:
         self.seq_tokens += seq_tokens
 
     def add_extra(self, part: str, m: dict[str, float], n: int, seq_tokens: int) -> None:
-        """A distillation or anchor micro-batch: its loss per sample, the distillation weights per token."""
+        """A lever's micro-batch: its loss per sample, and its per-token means (``PART_TOKEN_MEANS``)."""
         self._add(f"{part}_loss", m["loss"] * n)
         self._add(f"n_{part}", float(n))
-        if part == "distill":
-            for key in ("weight_mean", "weight_clip_frac", "clip_frac"):
-                self._add(f"distill_{key}", m[key] * m["n_tokens"])
-            self._add("distill_tokens", m["n_tokens"])
+        for key in self.PART_TOKEN_MEANS.get(part, ()):
+            self._add(f"{part}_{key}", m[key] * m["n_tokens"])
+        self._add(f"{part}_tokens", m["n_tokens"])
         self.seq_tokens += seq_tokens
 
     def result(self, n_batch: int) -> dict[str, float]:
@@ -48,11 +53,11 @@ class StepMetrics:
         out["reward_mean"] = s.get("reward_mean", 0.0) / s["n_samples"] if s.get("n_samples") else 0.0
         out["opd_adv_mean"] = s.get("opd_adv_mean", 0.0) / s["hinted_tokens"] if s.get("hinted_tokens") else 0.0
         out |= {key: s.get(key, 0.0) for key in ("n_tokens", "n_samples", "n_hinted")}
-        for part in ("distill", "anchor"):
+        for part in ("distill", "anchor", "student"):
             if s.get(f"n_{part}"):
                 out[f"{part}_loss"] = s[f"{part}_loss"] / s[f"n_{part}"]
                 out[f"n_{part}"] = s[f"n_{part}"]
-        if s.get("distill_tokens"):
-            for key in ("weight_mean", "weight_clip_frac", "clip_frac"):
-                out[f"distill_{key}"] = s[f"distill_{key}"] / s["distill_tokens"]
+        for part, keys in self.PART_TOKEN_MEANS.items():
+            if s.get(f"{part}_tokens"):
+                out |= {f"{part}_{key}": s[f"{part}_{key}"] / s[f"{part}_tokens"] for key in keys}
         return out

@@ -9,8 +9,9 @@ that base (or a fresh LoRA), and then, for every full batch of ``train.batch_siz
    log-probs given the hint-enhanced prompt; plus the held-out replies' mean log-prob under the
    current adapter, the "before" of the collapse check (the same replies for every step of a run,
    so it is the previous step's "after", not scored again); with the levers on (docs/learning.md,
-   "Levers"), the teacher's sampled replies for context distillation (``train.distill_samples``) and,
-   once per run, the base's replies to the anchor prompts (``train.anchor_coef``);
+   "Levers"), the teacher's sampled replies for context distillation (``train.distill_samples``), the
+   adapter's own replies for its teacher (``train.student_samples``) and, once per run, the base's
+   replies to the anchor prompts (``train.anchor_coef``);
 2. *step* — :meth:`clawdesk.learn.learner.Learner.step`: ``train.epochs`` AdamW passes over the
    batch in micro-batches of at most ``train.token_budget`` padded tokens, the "old" log-probs frozen
    at the first pass;
@@ -335,18 +336,23 @@ class _Run:
 
     def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
         """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""
-        cfg, out = self.config, {"distill": [], "anchor": []}
-        if cfg.distill_samples and cfg.w_distill > 0 and any(s.has_hint for s in batch):
-            hinted = sum(s.has_hint for s in batch)
+        cfg, out = self.config, {"distill": [], "anchor": [], "student": []}
+        hinted = sum(s.has_hint for s in batch)
+        if cfg.distill_samples and cfg.w_distill > 0 and hinted:
             self.progress("scoring", step, f"sampling {cfg.distill_samples}x{hinted} teacher replies to distil")
             out["distill"] = learner.distill_samples(batch, seed=batch[0].turn_id)  # a new batch, new draws
+        if cfg.student_samples and cfg.w_opd > 0 and hinted:
+            self.progress(
+                "scoring", step, f"sampling {cfg.student_samples}x{hinted} of the adapter's own replies for its teacher"
+            )
+            out["student"] = learner.student_samples(batch, seed=batch[0].turn_id + 1)
         if self.anchor_prompts:
             out["anchor"] = learner.anchor_replies(self.anchor_prompts, seed=0)  # sampled once per learner
         return out
 
     def guarded_step(
         self, learner: Learner, batch: list[Sample], ref, teacher, step: int, snapshot,
-        distill: list[Extra] = (), anchor: list[Extra] = (),
+        distill: list[Extra] = (), anchor: list[Extra] = (), student: list[Extra] = (),
     ):  # fmt: skip
         """One learner step that keeps the guard texts' perplexity within ``train.max_ppl_ratio``, if it can.
 
@@ -355,7 +361,7 @@ class _Run:
         ``GUARD_LR_SCALES``. Returns the kept step's metrics and the guard record (``lr_scale``, the
         ratio of every try); a step that fails at every scale is left in place for validation to reject.
         A retry restores the snapshot's weights and, with ``train.keep_optimizer``, its AdamW moments
-        (else a fresh AdamW); the same distillation samples and anchor replies are used every try.
+        (else a fresh AdamW); every try uses the same lever samples (distillation, anchor, student).
         """
         cfg, n = self.config, self.n_steps
         tried: list[float] = []
@@ -365,7 +371,7 @@ class _Run:
             learner.set_lr(cfg.lr * scale)
             self.phase = "step"  # its first progress line comes after the first micro-batch
             metrics = learner.step(
-                batch, ref, teacher, stop=self.stopped, distill=distill, anchor=anchor,
+                batch, ref, teacher, stop=self.stopped, distill=distill, anchor=anchor, student=student,
                 on_micro=lambda i, m: self.progress("step", step, f"step {step}/{n}: micro-batch {i}/{m}"),
             )  # fmt: skip
             metrics["lr_scale"] = scale
