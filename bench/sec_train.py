@@ -213,7 +213,7 @@ def child_step(gguf: Path, demo: bool, repeats: int, flip: bool = False) -> dict
     # The baseline: the same PeftModel (base, LoRA r/alpha/targets, checkpointing setting), the same tokens, the
     # way a plain PEFT SFT loop runs it — right-padded micro-batches within the same token budget,
     # labels = input ids (cross-entropy over every position's logits), then one clipped AdamW step.
-    from clawdesk.learn.learner import micro_batches
+    from clawdesk.learn.logprobs import micro_batches
 
     sft_opt = torch.optim.AdamW(learner.params, lr=config.lr, weight_decay=0.0)
     groups = micro_batches([s.n_tokens for s in samples], config.token_budget)  # same memory bound as ours

@@ -1,14 +1,15 @@
-"""The learner: reply log-probs, micro-batches, and the LoRA model + optimizer of one training run.
+"""The learner: the LoRA model + optimizer of one training run, and what it samples and scores.
 
 :class:`Learner` owns the PEFT model and its AdamW state. One :meth:`Learner.step` is
 ``train.epochs`` optimizer passes over one batch of judged turns (PPO-style): the "old" log-probs
 are the policy's own log-probs from the first pass's forward, detached and kept, so later passes
 see ratios ≠ 1 and the clip in :func:`clawdesk.learn.objective.combined_loss` bounds how far one
-batch can move the policy. With one pass (the default) the ratio is exactly 1.
+batch can move the policy. With one pass the ratio is exactly 1 (the default is two).
 
 :mod:`clawdesk.learn.trainer` drives it (scoring, writing and validating versions); the eval keeps
 one :class:`Learner` loaded for a whole run. The levers of docs/learning.md enter here: a step
-may also take context-distillation samples (:meth:`Learner.distill_samples`) and anchor replies
+may also take context-distillation samples (:meth:`Learner.distill_samples`), the adapter's own
+replies for its teacher (:meth:`Learner.student_samples`) and anchor replies
 (:meth:`Learner.anchor_replies`), and with ``train.keep_optimizer`` the AdamW moments survive a
 restore and come from the parent version (:mod:`clawdesk.learn.optim_state`).
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
+from clawdesk.learn.logprobs import aligned, micro_batches, reply_logprobs
 from clawdesk.learn.samples import Sample
 from clawdesk.learn.step_metrics import StepMetrics
 
@@ -69,75 +71,6 @@ class Extra:
     @property
     def n_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.reply_ids)
-
-
-# -- log-probs of replies ------------------------------------------------------------------------
-
-
-def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Group indices so each group's padded size (count × its longest) stays within ``budget`` tokens.
-
-    Longest first, so similar lengths share a group and padding stays small. A sequence longer than
-    the budget gets a group of its own (it cannot be split without changing its log-probs).
-    """
-    groups: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if groups and lengths[groups[-1][0]] * (len(groups[-1]) + 1) <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: str):
-    """Log-probs of each reply's tokens given its prompt, as one padded batch: ``(logp, mask)``, both ``(B, T)``.
-
-    ``logp[b, t] = log softmax(logits at position of token t − 1)[token t]`` over reply tokens,
-    T = the longest reply. Rows are left-padded so every reply ends at the last position. Position ids
-    count from each row's first real token, so padding shifts no rotary position and a row's log-probs
-    equal those of the row alone. Reply ``b`` occupies ``[T − len(reply_b), T)``; ``mask`` marks those
-    positions (``logp`` is 0 elsewhere). Only the reply positions' final hidden states go through the
-    output layer, in fp32 (:mod:`clawdesk.learn.head`): a bf16 base's own logits would add up to
-    ~0.1 nat of rounding noise to every log-prob.
-    """
-    import torch
-
-    from clawdesk.learn.head import head_logprobs
-
-    if any(not p or not r for p, r in pairs):
-        raise TrainError("reply_logprobs needs at least one prompt token and one reply token per sample.")
-    B = len(pairs)
-    L = max(len(p) + len(r) for p, r in pairs)
-    T = max(len(r) for _, r in pairs)
-    ids = torch.zeros((B, L), dtype=torch.long)  # (B, L) pad id 0: masked, never attended to
-    attn = torch.zeros((B, L), dtype=torch.long)  # (B, L)
-    mask = torch.zeros((B, T), dtype=torch.bool)  # (B, T)
-    for b, (p, r) in enumerate(pairs):
-        n = len(p) + len(r)
-        ids[b, L - n :] = torch.tensor([*p, *r], dtype=torch.long)
-        attn[b, L - n :] = 1
-        mask[b, T - len(r) :] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-    ids, attn, pos, mask = ids.to(device), attn.to(device), pos.to(device), mask.to(device)
-    lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # PeftModel → its LoRA-injected model
-    if getattr(lm.config, "final_logit_softcapping", None):
-        raise TrainError(f"{lm.config.model_type} soft-caps its logits; the learner's log-prob head does not.")
-    # The decoder stack alone (the LoRA layers and disable_adapter() act inside it), then the head ourselves.
-    hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
-    kept = hidden[:, L - T - 1 : -1][mask]  # (N, H): positions L−T−1 .. L−2 predict tokens L−T .. L−1; replies only
-    targets = ids[:, L - T :][mask]  # (N,)
-    values = head_logprobs(kept, lm.get_output_embeddings(), targets)  # (N,) fp32
-    logp = torch.zeros((B, T), dtype=torch.float32, device=device).masked_scatter(mask, values)  # (B, T)
-    return logp, mask
-
-
-def _aligned(rows: Sequence[Any], T: int, fill):
-    """Stack 1-D per-sample reply tensors right-aligned into ``(B, T)``, as :func:`reply_logprobs` lays them out."""
-    out = fill.clone()  # (B, T)
-    for b, row in enumerate(rows):
-        if row is not None:
-            out[b, T - row.shape[0] :] = row.to(out.device, out.dtype)
-    return out
 
 
 # -- the learner ---------------------------------------------------------------------------------
@@ -466,8 +399,8 @@ class Learner:
             old["main", k] = logp.detach()  # (b, T) the policy before this update
         old_k = old["main", k]
         T = logp.shape[1]
-        ref_t = _aligned([ref[i] for i in group], T, torch.zeros_like(old_k))  # (b, T)
-        teacher_t = _aligned([teacher[i] for i in group], T, old_k)  # (b, T) teacher = old where no hint
+        ref_t = aligned([ref[i] for i in group], T, torch.zeros_like(old_k))  # (b, T)
+        teacher_t = aligned([teacher[i] for i in group], T, old_k)  # (b, T) teacher = old where no hint
         reward = rewards[group].to(self.device)  # (b,)
         has_hint = torch.tensor([s.has_hint for s in batch], dtype=torch.bool, device=self.device)  # (b,)
         loss, m = combined_loss(
@@ -484,7 +417,7 @@ class Learner:
         torch, cfg = self._torch, self.config
         batch = [items[i] for i in group]
         logp, mask = reply_logprobs(self.model, [(x.prompt_ids, x.reply_ids) for x in batch], self.device)
-        target = _aligned([x.target_logp for x in batch], logp.shape[1], torch.zeros_like(logp.detach()))  # (b, T)
+        target = aligned([x.target_logp for x in batch], logp.shape[1], torch.zeros_like(logp.detach()))  # (b, T)
         if part in ("distill", "student") and (part, k) not in old:
             old[part, k] = logp.detach()  # (b, T) the policy before this update, on these replies
         if part == "distill":

@@ -2,7 +2,7 @@
 the adapter's own greedy ones for the learned check.
 
 Owns one function, :func:`sample_replies`, a plain KV-cached decoding loop over a left-padded batch
-(position ids counted from each row's first real token, as :func:`clawdesk.learn.learner.reply_logprobs`
+(position ids counted from each row's first real token, as :func:`clawdesk.learn.logprobs.reply_logprobs`
 scores them). It draws from its own seeded ``torch.Generator``, so a run's samples do not depend on
 what else used torch's global random state, and the same seed gives the same replies.
 

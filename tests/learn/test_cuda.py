@@ -17,7 +17,8 @@ from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base, resolve_device
-from clawdesk.learn.learner import Learner, reply_logprobs
+from clawdesk.learn.learner import Learner
+from clawdesk.learn.logprobs import reply_logprobs
 from clawdesk.learn.samples import Sample
 from clawdesk.learn.trainer import train
 from clawdesk.testing.lora_check import llama_cpp_vs_peft

@@ -18,7 +18,8 @@ import torch
 
 from clawdesk.config import TrainConfig
 from clawdesk.learn.base_model import load_base
-from clawdesk.learn.learner import Learner, reply_logprobs
+from clawdesk.learn.learner import Learner
+from clawdesk.learn.logprobs import reply_logprobs
 from clawdesk.learn.samples import Sample
 from clawdesk.testing.tiny_qwen3 import write_tiny_qwen3_gguf
 

@@ -24,7 +24,8 @@ from clawdesk.errors import ConfigError, TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import _to_nf4, compute_dtype, load_base, resolve_device
 from clawdesk.learn.head import head_logprobs
-from clawdesk.learn.learner import Learner, reply_logprobs
+from clawdesk.learn.learner import Learner
+from clawdesk.learn.logprobs import reply_logprobs
 from clawdesk.learn.samples import count_ready
 from clawdesk.learn.trainer import load_learner, out_of_memory_error, train
 from clawdesk.store import Store

@@ -21,7 +21,8 @@ from clawdesk.errors import TrainError
 from clawdesk.gguf.lora import read_gguf_lora_info
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import load_base
-from clawdesk.learn.learner import Learner, micro_batches, reply_logprobs
+from clawdesk.learn.learner import Learner
+from clawdesk.learn.logprobs import micro_batches, reply_logprobs
 from clawdesk.learn.protocol import TrainerFailed, TrainerStarted, TrainProgress, decode
 from clawdesk.learn.samples import Sample, count_ready, ready_samples
 from clawdesk.learn.trainer import train
