@@ -161,8 +161,9 @@ class TrainConfig:
     # On-policy distillation on the adapter's own replies: replies sampled per teacher-bearing sample
     # (a hint, or preference items in its served prompt) from the adapter in the student's prompt
     # (without the items and the hint), at temperature 1, each token's advantage log π_teacher − log
-    # π_old, PPO-clipped, weighted by w_opd (learner.student_samples); 0 = off.
+    # π_old, PPO-clipped (learner.student_samples); 0 = off.
     student_samples: int = 0
+    w_student: float = 1.0  # weight of that term against the combined loss
     # Keep AdamW's moments across a guard retry (from before the failed try) and across trainer runs
     # (saved as optimizer.safetensors beside each version's PEFT files; never exported).
     keep_optimizer: bool = False
@@ -176,6 +177,7 @@ class TrainConfig:
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")
+        _check(self.w_student >= 0, f"train.w_student must be >= 0, got {self.w_student}")
         _check(self.distill_max_weight >= 1, f"train.distill_max_weight must be >= 1, got {self.distill_max_weight}")
         for key in ("distill_max_tokens", "anchor_max_tokens"):
             _check(1 <= getattr(self, key) <= 4096, f"train.{key} must be in 1..4096, got {getattr(self, key)}")

@@ -338,7 +338,7 @@ class Learner:
         before this update is exactly the one computing them) and kept for the later passes.
         ``distill`` (:meth:`distill_samples`) adds ``train.w_distill`` × the mean distillation
         loss, ``anchor`` (:meth:`anchor_replies`) ``train.anchor_coef`` × the mean anchor KL and
-        ``student`` (:meth:`student_samples`) ``train.w_opd`` × the mean OPD loss on the adapter's own
+        ``student`` (:meth:`student_samples`) ``train.w_student`` × the mean OPD loss on the adapter's own
         replies, all to the same gradient. With ``train.advantage = "baseline"`` the binary term's reward is
         centred on the batch's mean (:func:`clawdesk.learn.objective.centered_reward`).
         """
@@ -352,7 +352,7 @@ class Learner:
             rewards = centered_reward(rewards)
         distill = distill if cfg.w_distill > 0 else ()
         anchor = anchor if cfg.anchor_coef > 0 else ()
-        student = student if cfg.w_opd > 0 else ()
+        student = student if cfg.w_student > 0 else ()
         parts = [
             ("main", list(samples), micro_batches([s.n_tokens for s in samples], cfg.token_budget)),
             ("distill", list(distill), micro_batches([x.n_tokens for x in distill], cfg.token_budget)),
@@ -432,7 +432,7 @@ class Learner:
                 torch.ones(b, dtype=torch.bool, device=dev), mask,
                 w_binary=0.0, w_opd=1.0, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=0.0,
             )  # fmt: skip
-            coef = cfg.w_opd
+            coef = cfg.w_student
         else:
             loss, m = anchor_kl(logp, target, mask)
             coef = cfg.anchor_coef

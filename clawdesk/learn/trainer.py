@@ -341,7 +341,7 @@ class _Run:
         if cfg.distill_samples and cfg.w_distill > 0 and hinted:
             self.progress("scoring", step, f"sampling {cfg.distill_samples}x{hinted} teacher replies to distil")
             out["distill"] = learner.distill_samples(batch, seed=batch[0].turn_id)  # a new batch, new draws
-        if cfg.student_samples and cfg.w_opd > 0 and hinted:
+        if cfg.student_samples and cfg.w_student > 0 and hinted:
             self.progress(
                 "scoring", step, f"sampling {cfg.student_samples}x{hinted} of the adapter's own replies for its teacher"
             )
