@@ -53,8 +53,9 @@ def agrees(aspect: str, served: str, own: str, direction: str | None = None, bou
     points (:func:`clawdesk.store.pref_topics.length_direction`): for ``"shorter"`` a reply without the
     item that is shorter agrees too, for ``"longer"`` one that is longer. Without a direction the rule is
     symmetric. ``bound`` is the word count the item names as its limit in that direction
-    (:func:`clawdesk.store.pref_topics.length_bound`): a reply within it agrees, since it does what the
-    item asks.
+    (:func:`clawdesk.store.pref_topics.length_bound`); with it the limit replaces the closeness rule: a
+    reply within it agrees (it does what the item asks), one past it only if the reply with the item
+    went as far.
     """
     if direction not in (None, "shorter", "longer"):
         raise ValueError(f"a length direction is 'shorter', 'longer' or None, not {direction!r}")
@@ -62,8 +63,9 @@ def agrees(aspect: str, served: str, own: str, direction: str | None = None, bou
         n, m = len(words(served)), len(words(own))
         if (direction == "shorter" and m <= n) or (direction == "longer" and m >= n):
             return True
-        if bound is not None and ((direction == "shorter" and m <= bound) or (direction == "longer" and m >= bound)):
-            return True
+        if bound is not None and direction in ("shorter", "longer"):
+            # The item's own limit decides, not closeness: 45 words beside 38 break "at most 40 words".
+            return m <= bound if direction == "shorter" else m >= bound
         lo, hi = sorted((n, m))
         return hi <= LENGTH_RATIO * lo or hi - lo <= LENGTH_SLACK
     if aspect == "lists":

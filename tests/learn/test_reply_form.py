@@ -76,8 +76,9 @@ def test_a_length_direction_counts_a_reply_past_the_item_as_agreeing(served, own
     ("served", "own", "bound", "same"),
     [
         (25, 38, 40, True),  # longer than with the item and beyond the factor, but within "at most 40 words"
-        (25, 41, 40, False),  # over the limit and beyond the factor
-        (35, 44, 40, True),  # over the limit, but within the factor
+        (25, 41, 40, False),  # over the limit
+        (35, 44, 40, False),  # over the limit, though within the factor: the limit decides
+        (45, 44, 40, True),  # over the limit, but the reply with the item went further
         (25, 38, None, False),  # no limit named: the factor decides
     ],
 )
