@@ -38,8 +38,10 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
   length is one end token among many). It runs only for an item the other criteria would retire.
 
-A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it)
-is active again, unless an item on a related topic was noted after it was learned: that one may
+A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it),
+or, on an aspect the behaviour test reads, whose replies without it agree on fewer than
+:data:`RETURN_FORM_SHARE` of the prompts (under 5 of 8: the hysteresis against 7 of 8 to leave), is
+active again, unless an item on a related topic was noted after it was learned: that one may
 reverse it, so the old item is *held* out of the prompt
 (:func:`~clawdesk.store.prefs.newer_related`; the reverse-paragraphs scenario put both back).
 
@@ -47,8 +49,9 @@ Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
 few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired
 adds two greedy generations of up to :data:`FORM_TOKENS` tokens per compared prompt (with and without
-the items). The numbers of every check go into the version's ``validation`` (``adapters.validation``
-and ``metadata.json``), so ``clawdesk adapters`` readers can see why an item was retired.
+the items), and so does every learned item on such an aspect, at every version. The numbers of every
+check go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so
+``clawdesk adapters`` readers can see why an item was retired.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hyste
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
 FORM_TURNS = 8  # prompts the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
 FORM_SHARE = 0.85  # the share of them whose replies must agree, rounded up: 7 of 8
+RETURN_FORM_SHARE = 0.6  # a learned item is back when fewer agree than this share, rounded up: under 5 of 8
 FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)
 
 Decode = Callable[[Sequence[Sequence[int]]], list[str]]  # token ids -> text, under the base's vocabulary
@@ -104,7 +108,7 @@ class ItemCheck:
     @property
     def form_held_back(self) -> bool:
         """The log-prob criterion was met, but the adapter's replies without the item still differ."""
-        return self.form is not None and self.decision == "kept"
+        return self.form is not None and self.decision == "kept" and self.status == "active"
 
     def record(self) -> dict:
         return asdict(self)
@@ -153,30 +157,35 @@ def check_items(
         gap = sum(float((t - a).double().sum()) for t, a in zip(teacher, adapter, strict=True)) / n
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
         held_by, form = None, {}
+        kind = aspect(item.text)
+        behaviour = decode is not None and kind in reply_form.FORM_ASPECTS
         if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
             decision = "learned"
-            kind = aspect(item.text)
-            if decode is not None and kind in reply_form.FORM_ASPECTS:
-                length = (length_direction(item.text), length_bound(item.text)) if kind == "length" else (None, None)
-                recent = item_turns(store, item.id, base_sha256, limit=form_turns)
-                form = _behaviour(learner, recent, kind, length, decode)
+            if behaviour:
+                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), item, decode)
                 if form["form_agree"] < math.ceil(form_share * form["form_n"]):
                     decision = "kept"
-        elif item.status == "learned" and gap > return_ratio * max(base_gap, min_effect):
-            newer = newer_related(store, item)
-            decision, held_by = ("held", newer.id) if newer else ("active", None)
+        elif item.status == "learned":
+            lost = gap > return_ratio * max(base_gap, min_effect)
+            if not lost and behaviour:  # carried by the log-probs: does the adapter still *write* it?
+                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), item, decode)
+                lost = form["form_agree"] < math.ceil(RETURN_FORM_SHARE * form["form_n"])
+            newer = newer_related(store, item) if lost else None
+            decision, held_by = ("held", newer.id) if newer else ("active" if lost else "kept", None)
         else:
             decision = "kept"
         out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form))
     return out
 
 
-def _behaviour(learner: Learner, found: list, kind: str, length: tuple[str | None, int | None], decode: Decode) -> dict:
+def _behaviour(learner: Learner, found: list, item, decode: Decode) -> dict:
     """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``.
 
-    ``length``: a length item's direction and word limit (both None for other aspects).
+    A length item compares in its direction and within the word limit its text names.
     """
-    direction, bound = length
+    kind = aspect(item.text)
+    direction = length_direction(item.text) if kind == "length" else None
+    bound = length_bound(item.text) if kind == "length" else None
     found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
     prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
     replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))

@@ -262,6 +262,17 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
     (line,) = consolidate.apply_checks(store, [c])
     assert f"preference #{item.id} stays in the prompt" in line and "differ in opening" in line
     assert get_preference(store, item.id).status == "active"
+    # Retired blind (the log-prob criterion alone), it comes back once the adapter is seen not to write it,
+    # though its log-probs still say "carried" (return_ratio 1.01: the gap alone would keep it learned).
+    consolidate.apply_checks(store, [blind])
+    assert get_preference(store, item.id).status == "learned"
+    (carried,) = consolidate.check_items(store, learner, sha, return_ratio=1.01)
+    assert carried.decision == "kept" and carried.form is None  # without decode: the log-probs alone
+    (back,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, decode=decode)
+    assert (back.form, back.form_n, back.decision) == ("opening", 2, "active") and not back.form_held_back
+    (line,) = consolidate.apply_checks(store, [back])
+    assert "back in the prompt" in line and f"agree in opening on {back.form_agree} of 2" in line
+    assert get_preference(store, item.id).status == "active"
 
 
 @pytest.mark.slow
