@@ -36,7 +36,8 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
-  length is one end token among many). It runs only for an item the other criteria would retire.
+  length is one end token among many). It runs for an item the other criteria would retire, and for
+  every learned item on such an aspect (its return, below).
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it),
 or, on an aspect the behaviour test reads, whose replies without it agree on fewer than
@@ -179,7 +180,7 @@ def check_items(
 
 
 def _behaviour(learner: Learner, found: list, item, decode: Decode) -> dict:
-    """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``.
+    """The behaviour test's fields: the adapter's greedy replies with and without the items, on the item's aspect.
 
     A length item compares in its direction and within the word limit its text names.
     """

@@ -425,7 +425,7 @@ class Learner:
                 logp, old[part, k], target, mask, eps=cfg.eps, eps_high=cfg.eps_high, max_weight=cfg.distill_max_weight
             )
             coef = cfg.w_distill
-        elif part == "student":  # the OPD term alone: no reward, and no KL (ref = old makes it vanish at β = 0)
+        elif part == "student":  # the OPD term alone: no reward, no KL (β = 0; old stands in for the unused ref)
             b, dev = len(batch), self.device
             loss, m = combined_loss(
                 logp, old[part, k], target, old[part, k], torch.zeros(b, device=dev),
