@@ -29,9 +29,7 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   reply ends counts) agree on that feature on :data:`FORM_SHARE` of up to :data:`FORM_TURNS` recent
   prompts that held it (7 of 8); on length in the item's direction where its words give one
   (:func:`~clawdesk.store.pref_topics.length_direction`: without "at most 40 words" a *shorter* reply
-  still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions), and
-  within the word limit it names (:func:`~clawdesk.store.pref_topics.length_bound`: a 38-word reply
-  does what "at most 40 words" asks, even beside a 25-word one). So the
+  still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions). So the
   item leaves the prompt only when the person would hardly see the difference. The log-prob
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
@@ -64,7 +62,7 @@ from typing import TYPE_CHECKING
 
 from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
-from clawdesk.store.pref_topics import aspect, length_bound, length_direction
+from clawdesk.store.pref_topics import aspect, length_direction
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
 
@@ -104,7 +102,6 @@ class ItemCheck:
     form_n: int | None = None  # prompts compared
     form_words: tuple[float, float] | None = None  # mean words of those replies, with and without the items
     form_direction: str | None = None  # a length item's direction ("shorter" / "longer"): a reply past it agrees
-    form_bound: int | None = None  # the word limit a length item names: a reply within it agrees
 
     @property
     def form_held_back(self) -> bool:
@@ -182,24 +179,22 @@ def check_items(
 def _behaviour(learner: Learner, found: list, item, decode: Decode) -> dict:
     """The behaviour test's fields: the adapter's greedy replies with and without the items, on the item's aspect.
 
-    A length item compares in its direction and within the word limit its text names.
+    A length item compares in the direction its text points.
     """
     kind = aspect(item.text)
     direction = length_direction(item.text) if kind == "length" else None
-    bound = length_bound(item.text) if kind == "length" else None
     found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
     prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
     replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
     served, own = replies[: len(found)], replies[len(found) :]
     mean_words = tuple(sum(len(reply_form.words(r)) for r in rs) / len(rs) for rs in (served, own))
-    agree = reply_form.agreement(kind, served, own, direction, bound)
+    agree = reply_form.agreement(kind, served, own, direction)
     return {
         "form": kind,
         "form_agree": agree,
         "form_n": len(found),
         "form_words": mean_words,
         "form_direction": direction,
-        "form_bound": bound,
     }
 
 
@@ -217,8 +212,6 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
             # A length item with a direction fails only on replies that go the wrong way: say which.
             wrong = {"shorter": "are longer than with it", "longer": "are shorter than with it"}
             differ = wrong.get(c.form_direction or "", f"differ in {c.form}")
-            if c.form_bound is not None and c.form_direction in wrong:
-                differ += f" and {'over' if c.form_direction == 'shorter' else 'under'} {c.form_bound} words"
             lines.append(
                 f"preference #{c.item_id} stays in the prompt: the adapter's replies without it {differ} "
                 f"on {c.form_n - c.form_agree} of {c.form_n} prompts (gap {c.gap:.3f} nats/token, before training "

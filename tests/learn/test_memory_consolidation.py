@@ -294,7 +294,7 @@ def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(learn
 
 @pytest.mark.slow
 def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf):
-    """ "At most N words" is read as a wish for shorter replies within N: the test records what it used."""
+    """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
     from clawdesk.learn.vocab import detokenize
 
     add_preference(store, "Answer in at most five words.")
@@ -303,10 +303,10 @@ def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, c
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, decode=decode, **lenient)
-    assert (c.form, c.form_direction, c.form_bound, c.form_n) == ("length", "shorter", 5, 1), c
+    assert (c.form, c.form_direction, c.form_n) == ("length", "shorter", 1), c
     assert c.decision == ("learned" if c.form_agree == 1 else "kept")
     with_item, without = c.form_words
-    assert (c.form_agree == 1) is (without <= max(with_item, 5))  # the item's limit replaces the closeness rule
+    assert (c.form_agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
 
 
 def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
@@ -316,7 +316,5 @@ def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
     )  # fmt: skip
     (line,) = consolidate.apply_checks(None, [held])
     assert "#3 stays in the prompt: the adapter's replies without it are longer than with it on 4 of 8" in line
-    bounded = dataclasses.replace(held, form_bound=40)
-    assert "are longer than with it and over 40 words on 4 of 8" in consolidate.apply_checks(None, [bounded])[0]
     symmetric = dataclasses.replace(held, form_direction=None)
     assert "differ in length on 4 of 8" in consolidate.apply_checks(None, [symmetric])[0]

@@ -72,26 +72,6 @@ def test_a_length_direction_counts_a_reply_past_the_item_as_agreeing(served, own
     assert agrees("length", _n_words(served), _n_words(own), direction) is same
 
 
-@pytest.mark.parametrize(
-    ("served", "own", "bound", "same"),
-    [
-        (25, 38, 40, True),  # longer than with the item and beyond the factor, but within "at most 40 words"
-        (25, 41, 40, False),  # over the limit
-        (35, 44, 40, False),  # over the limit, though within the factor: the limit decides
-        (45, 44, 40, True),  # over the limit, but the reply with the item went further
-        (25, 38, None, False),  # no limit named: the factor decides
-    ],
-)
-def test_a_reply_within_the_items_word_limit_agrees(served, own, bound, same):
-    assert agrees("length", _n_words(served), _n_words(own), "shorter", bound) is same
-    assert agreement("length", [_n_words(served)], [_n_words(own)], "shorter", bound) == int(same)
-
-
-def test_a_longer_wish_with_a_limit_counts_replies_that_reach_it():
-    assert agrees("length", _n_words(300), _n_words(200), "longer", 200)
-    assert not agrees("length", _n_words(300), _n_words(199), "longer", 200)
-
-
 def test_a_direction_is_read_only_on_length_and_must_be_known():
     assert agrees("lists", "- a", "- b", "shorter")  # lists ignore it
     assert agreement("length", [_n_words(40)] * 2, [_n_words(10), _n_words(60)], "shorter") == 1

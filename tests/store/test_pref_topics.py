@@ -6,15 +6,7 @@ Pure text, plus a real SQLite store for the replacement; the labelled sets are t
 
 from __future__ import annotations
 
-from clawdesk.store.pref_topics import (
-    ASPECTS,
-    aspect,
-    aspect_counts,
-    length_bound,
-    length_direction,
-    same_topic,
-    same_words,
-)
+from clawdesk.store.pref_topics import ASPECTS, aspect, aspect_counts, length_direction, same_topic, same_words
 from clawdesk.store.prefs import active_preferences, add_preference, list_preferences
 from tests.support.bench import load_bench
 
@@ -61,23 +53,6 @@ def test_a_length_wish_says_which_way_it_points():
     assert length_direction("Write at least five sentences.") == "longer"
     assert length_direction("Start with 'Keep it brief'.") is None  # quoted: what to say, not the wish
     assert length_direction("Use British spelling.") is None
-
-
-def test_a_length_wish_names_its_word_limit_where_it_gives_one():
-    # The held-out wishes: two of twelve name a number of words.
-    limits = {text: length_bound(text) for text, label in _bench().heldout_rows() if label == "length"}
-    assert {t: n for t, n in limits.items() if n is not None} == {
-        "That was way more than I needed. Keep it under 50 words next time.": 49,
-        "Could you keep responses to roughly 100 words or less going forward?": 100,
-    }
-    brief = [text for text, label in _bench().persona_rows() if label == "length"]
-    assert sorted(n for n in map(length_bound, brief) if n is not None) == [39, 40, 40]  # "under 40" is 39
-    assert length_bound("Answer in at most forty words.") == 40
-    assert length_bound("No longer than 50 words, please.") == 50  # "longer" here is not the direction
-    assert length_bound("At least 300 words, please.") == 300 and length_bound("more than 100 words") == 101
-    assert length_bound("At most 40 words. No, at most 30 words.") == 30  # the tightest limit it names
-    assert length_bound("Start with 'at most 10 words'.") is None  # quoted: what to say, not the wish
-    assert length_bound("Be brief.") is None and length_bound("Use at most 3 sentences.") is None  # words only
 
 
 def test_quoted_text_is_what_to_say_not_what_the_wish_is_about():
