@@ -8,6 +8,12 @@ held-out score then: the last point scored at or before it (a score holds until 
 "to ≥ 0.8" is the run's first score ≥ 0.8; "to target (phase 1)" the first phase's rule (≥ 0.8 or ≥ its
 base + 0.3, issue #20). A scenario adds one line per phase: its base, final score and each seed's
 interactions to target.
+
+    python bench/eval_table.py runs/brief-stu2-s0 --versions
+
+``--versions`` prints, per seed, one line per adapter version from its metadata.json instead: its status,
+each preference item's learned check (decision; the behaviour test's agreeing prompts and mean words
+with / without the items) and the lever terms' step metrics (``student_adv_mean``, ...).
 """
 
 from __future__ import annotations
@@ -91,6 +97,27 @@ def row(run_dir: Path, at: list[float]) -> tuple[str, list[str]]:
     return "| " + " | ".join(cells) + " |", phases
 
 
+def version_lines(run_dir: Path) -> list[str]:
+    """One line per adapter version of every seed of the run (``--versions``)."""
+    homes = sorted(run_dir.glob("seed-*/home"), key=lambda p: int(p.parent.name.split("-")[1])) or [run_dir / "home"]
+    lines = []
+    for home in homes:
+        metas = [_load(p) for p in home.glob("adapters/v*/metadata.json")]
+        lines.append(f"{home.parent.name}:" if home.parent != run_dir else f"{run_dir.name}:")
+        for m in sorted(metas, key=lambda m: m["version"]):
+            items = []
+            for c in (m.get("validation") or {}).get("memory", []):
+                form = ""
+                if c.get("form"):
+                    with_, without = c["form_words"]
+                    form = f", {c['form']} {c['form_agree']} of {c['form_n']} (words {with_:.0f} / {without:.0f})"
+                items.append(f"#{c['item_id']} {c['status']} → {c['decision']}{form}")
+            levers = {k: v for k, v in (m.get("metrics") or {}).items() if k.startswith(("student_", "distill_"))}
+            lever = "; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(levers.items())) if levers else ""
+            lines.append(f"  v{m['version']} {m['status']}: " + ("; ".join(items) or "no items checked") + lever)
+    return lines
+
+
 HEADER = (
     "| run | seeds | mean score at {at} | final (min–max) | to ≥ 0.8 | to target (phase 1) | sessions to effect "
     "| without memory "
@@ -102,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+", type=Path, help="eval --out folders")
     ap.add_argument("--at", default="0,8,16,24,48", help="interactions to show the mean score at")
+    ap.add_argument("--versions", action="store_true", help="per-version learned checks and lever metrics")
     args = ap.parse_args(argv)
+    if args.versions:
+        for d in args.dirs:
+            print("\n".join(version_lines(d)))
+        return 0
     at = [float(x) for x in args.at.split(",")]
     print(HEADER.format(at=" / ".join(f"{x:g}" for x in at)))
     print("|" + " --- |" * (HEADER.count("|") - 1))

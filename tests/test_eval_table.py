@@ -73,3 +73,29 @@ def test_the_cli_prints_phase_lines_for_a_scenario_and_the_self_judges_agreement
     assert "reward 0.88, hint on unsatisfied 0.50" in done.stdout and "| (off) | – |" in done.stdout
     assert "phase 2 (a + b, from 16): base 0.50 → 0.75, to target per seed –" in done.stdout
     assert "retention: a 1.0" in done.stdout
+
+
+def _version(home: Path, version: int, status: str, memory: list, metrics: dict) -> None:
+    folder = home / "adapters" / f"v{version}"
+    folder.mkdir(parents=True)
+    meta = {"version": version, "status": status, "validation": {"memory": memory}, "metrics": metrics}
+    (folder / "metadata.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def test_versions_lists_each_seeds_learned_checks_and_lever_metrics(eval_table, tmp_path):
+    run = tmp_path / "brief"
+    check = {"item_id": 1, "status": "active", "decision": "kept", "form": "length", "form_agree": 6, "form_n": 8,
+             "form_words": [20.4, 33.0]}  # fmt: skip
+    for seed in (1, 0):
+        home = run / f"seed-{seed}" / "home"
+        _version(home, 10, "ready", [check | {"decision": "learned"}], {})  # v10 sorts after v2 by number
+        _version(home, 2, "ready", [check], {"student_adv_mean": -0.0904, "loss": 0.5})
+        _version(home, 3, "rejected", [], {})
+    lines = eval_table.version_lines(run)
+    assert lines[:4] == [
+        "seed-0:",
+        "  v2 ready: #1 active → kept, length 6 of 8 (words 20 / 33); student_adv_mean -0.090",
+        "  v3 rejected: no items checked",
+        "  v10 ready: #1 active → learned, length 6 of 8 (words 20 / 33)",
+    ]
+    assert lines[4] == "seed-1:" and len(lines) == 8
