@@ -156,33 +156,33 @@ def check_items(
         base_gap = sum(float((t - b).double().sum()) for t, b in zip(teacher, base, strict=True)) / n
         held_by, form = None, {}
         kind = aspect(item.text)
-        behaviour = decode is not None and kind in reply_form.FORM_ASPECTS
-        if item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap:
+        retiring = item.status == "active" and trained > 0 and base_gap >= min_effect and gap <= learn_ratio * base_gap
+        lost = item.status == "learned" and gap > return_ratio * max(base_gap, min_effect)
+        carried = item.status == "learned" and not lost
+        # What the adapter *writes* is asked of an item about to leave and of a learned one its log-probs still carry.
+        if decode is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
+            direction = length_direction(item.text) if kind == "length" else None
+            recent = item_turns(store, item.id, base_sha256, limit=form_turns)
+            form = _behaviour(learner, recent, kind, direction, decode)
+            share = form_share if retiring else RETURN_FORM_SHARE
+            agreed = form["form_agree"] >= math.ceil(share * form["form_n"])
+            if retiring:
+                retiring = agreed
+            else:
+                lost = not agreed
+        if retiring:
             decision = "learned"
-            if behaviour:
-                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), item, decode)
-                if form["form_agree"] < math.ceil(form_share * form["form_n"]):
-                    decision = "kept"
-        elif item.status == "learned":
-            lost = gap > return_ratio * max(base_gap, min_effect)
-            if not lost and behaviour:  # carried by the log-probs: does the adapter still *write* it?
-                form = _behaviour(learner, item_turns(store, item.id, base_sha256, limit=form_turns), item, decode)
-                lost = form["form_agree"] < math.ceil(RETURN_FORM_SHARE * form["form_n"])
-            newer = newer_related(store, item) if lost else None
-            decision, held_by = ("held", newer.id) if newer else ("active" if lost else "kept", None)
+        elif lost:
+            newer = newer_related(store, item)
+            decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
         out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form))
     return out
 
 
-def _behaviour(learner: Learner, found: list, item, decode: Decode) -> dict:
-    """The behaviour test's fields: the adapter's greedy replies with and without the items, on the item's aspect.
-
-    A length item compares in the direction its text points.
-    """
-    kind = aspect(item.text)
-    direction = length_direction(item.text) if kind == "length" else None
+def _behaviour(learner: Learner, found: list, kind: str, direction: str | None, decode: Decode) -> dict:
+    """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``."""
     found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
     prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
     replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))

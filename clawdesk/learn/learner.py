@@ -248,16 +248,10 @@ class Learner:
         """
         cfg = self.config
         hinted = [s for s in samples if s.has_hint for _ in range(cfg.distill_samples)]
-        if not hinted:
-            return []
-        replies = self.sample(
-            [s.teacher_prompt_ids for s in hinted], max_tokens=cfg.distill_max_tokens,
-            temperature=cfg.distill_temperature, seed=seed,
+        return self._teacher_scored(
+            hinted, [s.teacher_prompt_ids for s in hinted], temperature=cfg.distill_temperature, seed=seed,
+            adapter=False, fits=lambda s, r: len(s.prompt_ids) + len(r) <= cfg.token_budget,
         )  # fmt: skip
-        kept = [(s, r) for s, r in zip(hinted, replies, strict=True) if r]
-        kept = [(s, r) for s, r in kept if len(s.prompt_ids) + len(r) <= cfg.token_budget]
-        teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
-        return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
 
     def student_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
         """On-policy distillation: ``train.student_samples`` replies per teacher-bearing sample from the adapter.
@@ -269,13 +263,23 @@ class Learner:
         """
         cfg = self.config
         taught = [s for s in samples if s.has_hint for _ in range(cfg.student_samples)]
-        if not taught:
+        return self._teacher_scored(
+            taught, [s.prompt_ids for s in taught], temperature=1.0, seed=seed, adapter=True,
+            fits=lambda s, r: len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget,
+        )  # fmt: skip
+
+    def _teacher_scored(self, samples: Sequence[Sample], prompts, *, temperature, seed, adapter, fits) -> list[Extra]:
+        """One reply per sample, sampled for ``prompts[i]``, kept if non-empty and ``fits``, scored by its teacher.
+
+        Each becomes an :class:`Extra` learned in the sample's student prompt, its target the base's
+        log-probs of the reply given the sample's teacher prompt.
+        """
+        if not samples:
             return []
         replies = self.sample(
-            [s.prompt_ids for s in taught], max_tokens=cfg.distill_max_tokens, temperature=1.0, seed=seed, adapter=True
+            prompts, max_tokens=self.config.distill_max_tokens, temperature=temperature, seed=seed, adapter=adapter
         )
-        kept = [(s, r) for s, r in zip(taught, replies, strict=True) if r]
-        kept = [(s, r) for s, r in kept if len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget]
+        kept = [(s, r) for s, r in zip(samples, replies, strict=True) if r and fits(s, r)]
         teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
         return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
 
