@@ -234,7 +234,8 @@ def test_student_term_moves_the_adapter_toward_its_teacher(tiny_gguf):
         student = learner.student_samples(samples, seed=k)
         learner.step(plain, *learner.score(plain), stop=lambda: False, student=student)
     after = _reverse_kl(learner, samples, seed=100)
-    assert after < 0.6 * before, (before, after)  # measured: 1.39 → 0.45 (lr 2e-2 overshot: 2.7)
+    print(f"reverse KL of the adapter's own replies to the teacher: {before:.2f} -> {after:.2f} nats/token")  # -s
+    assert after < 0.6 * before, (before, after)  # measured: 1.38 → 0.45 (lr 2e-2 overshot: 2.7)
 
 
 def _capture_grads(learner: Learner, into: dict[str, torch.Tensor]) -> None:
