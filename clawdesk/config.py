@@ -164,6 +164,10 @@ class TrainConfig:
     # π_old, PPO-clipped (learner.student_samples); 0 = off.
     student_samples: int = 0
     w_student: float = 1.0  # weight of that term against the combined loss
+    # 0: that term is the sampled-token advantage above; K > 0: the forward KL from the teacher's K
+    # likeliest next tokens (plus the rest as one bucket) at every position of those replies
+    # (objective.topk_kl), so a stop the teacher wants is learned where the adapter did not stop.
+    student_topk: int = 0
     # Keep AdamW's moments across a guard retry (from before the failed try) and across trainer runs
     # (saved as optimizer.safetensors beside each version's PEFT files; never exported).
     keep_optimizer: bool = False
@@ -178,6 +182,7 @@ class TrainConfig:
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")
         _check(self.w_student >= 0, f"train.w_student must be >= 0, got {self.w_student}")
+        _check(0 <= self.student_topk <= 256, f"train.student_topk must be in 0..256, got {self.student_topk}")
         _check(self.distill_max_weight >= 1, f"train.distill_max_weight must be >= 1, got {self.distill_max_weight}")
         for key in ("distill_max_tokens", "anchor_max_tokens"):
             _check(1 <= getattr(self, key) <= 4096, f"train.{key} must be in 1..4096, got {getattr(self, key)}")

@@ -26,7 +26,7 @@ from typing import Any
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
-from clawdesk.learn.logprobs import aligned, micro_batches, reply_logprobs
+from clawdesk.learn.logprobs import aligned, micro_batches, reply_logprobs, reply_topk
 from clawdesk.learn.samples import Sample
 from clawdesk.learn.step_metrics import StepMetrics
 
@@ -61,12 +61,15 @@ class Extra:
     """A reply the step learns besides the batch's: a sampled teacher reply, or an anchor reply of the base.
 
     ``prompt_ids`` is the context the policy learns it in (without the hint), ``reply_ids`` the sampled
-    tokens, ``target_logp`` their log-probs under the teacher (distillation) or the base (anchor), ``(T,)``.
+    tokens, ``target_logp`` their log-probs under the teacher (distillation) or the base (anchor), ``(T,)``;
+    with ``target_ids`` (``train.student_topk``) the teacher's K likeliest tokens at each position,
+    ``(T, K)``, and ``target_logp`` their log-probs, ``(T, K)``.
     """
 
     prompt_ids: list[int]
     reply_ids: list[int]
     target_logp: Any
+    target_ids: Any = None
 
     @property
     def n_tokens(self) -> int:
@@ -208,6 +211,19 @@ class Learner:
                     out[i] = logp[row][mask[row]].cpu()
         return out
 
+    def topk_each(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], k: int, *, adapter: bool = True):
+        """No-grad ``(logp, ids)`` of the ``k`` likeliest tokens at each reply position, ``(len(reply), k)`` CPU
+        tensors per pair (:func:`~clawdesk.learn.logprobs.reply_topk`), batched by the token budget."""
+        out: list[Any] = [None] * len(pairs)
+        self.model.eval()
+        ctx = contextlib.nullcontext() if adapter else self.model.disable_adapter()
+        with self._torch.no_grad(), ctx:
+            for group in micro_batches([len(p) + len(r) for p, r in pairs], self.config.token_budget):
+                tops = reply_topk(self.model, [pairs[i] for i in group], self.device, k)
+                for i, top in zip(group, tops, strict=True):
+                    out[i] = top
+        return out
+
     def score(self, samples: Sequence[Sample]) -> tuple[list[Any], list[Any]]:
         """(ref, teacher) log-probs per sample with the adapter disabled; teacher is None without a hint."""
         ref = self.logprobs_each([(s.prompt_ids, s.reply_ids) for s in samples], adapter=False)
@@ -259,20 +275,24 @@ class Learner:
         Each reply is sampled (temperature 1) from the adapter in the sample's own prompt, without the
         preference items and the hint, so it is what the person would get once the items left the
         prompt; its target is the teacher's log-probs of it (the base with the items and the hint).
-        The step learns it with the OPD advantage ``teacher − old`` (``part == "student"``).
+        The step learns it with the OPD advantage ``teacher − old`` (``part == "student"``), or with
+        ``train.student_topk`` = K > 0 the teacher's K likeliest tokens at each position (the top-K KL).
         """
         cfg = self.config
         taught = [s for s in samples if s.has_hint for _ in range(cfg.student_samples)]
         return self._teacher_scored(
             taught, [s.prompt_ids for s in taught], temperature=1.0, seed=seed, adapter=True,
-            fits=lambda s, r: len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget,
+            fits=lambda s, r: len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget, topk=cfg.student_topk,
         )  # fmt: skip
 
-    def _teacher_scored(self, samples: Sequence[Sample], prompts, *, temperature, seed, adapter, fits) -> list[Extra]:
+    def _teacher_scored(
+        self, samples: Sequence[Sample], prompts, *, temperature, seed, adapter, fits, topk: int = 0
+    ) -> list[Extra]:
         """One reply per sample, sampled for ``prompts[i]``, kept if non-empty and ``fits``, scored by its teacher.
 
         Each becomes an :class:`Extra` learned in the sample's student prompt, its target the base's
-        log-probs of the reply given the sample's teacher prompt.
+        log-probs of the reply given the sample's teacher prompt (``topk`` > 0: its ``topk`` likeliest
+        tokens at each position of the reply, and their log-probs).
         """
         if not samples:
             return []
@@ -280,7 +300,11 @@ class Learner:
             prompts, max_tokens=self.config.distill_max_tokens, temperature=temperature, seed=seed, adapter=adapter
         )
         kept = [(s, r) for s, r in zip(samples, replies, strict=True) if r and fits(s, r)]
-        teacher = self.logprobs_each([(s.teacher_prompt_ids, r) for s, r in kept], adapter=False)
+        pairs = [(s.teacher_prompt_ids, r) for s, r in kept]
+        if topk:
+            top = self.topk_each(pairs, topk, adapter=False)
+            return [Extra(list(s.prompt_ids), r, lp, ids) for (s, r), (lp, ids) in zip(kept, top, strict=True)]
+        teacher = self.logprobs_each(pairs, adapter=False)
         return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
 
     def anchor_replies(self, prompts: Sequence[Sequence[int]], *, seed: int) -> list[Extra]:
@@ -416,11 +440,20 @@ class Learner:
 
     def _extra_step(self, part: str, items: Sequence[Extra], group: list[int], old, k: int):
         """Forward + backward of a distillation, anchor or student micro-batch; returns ``(metrics, n, seq_tokens)``."""
-        from clawdesk.learn.objective import anchor_kl, combined_loss, distill_loss
+        from clawdesk.learn.objective import anchor_kl, combined_loss, distill_loss, topk_kl
 
         torch, cfg = self._torch, self.config
         batch = [items[i] for i in group]
-        logp, mask = reply_logprobs(self.model, [(x.prompt_ids, x.reply_ids) for x in batch], self.device)
+        pairs = [(x.prompt_ids, x.reply_ids) for x in batch]
+        if part == "student" and batch[0].target_ids is not None:  # the top-K KL: no old log-probs, no clip
+            logp_at, mask = reply_logprobs(self.model, pairs, self.device, at=[x.target_ids for x in batch])
+            target = torch.zeros_like(logp_at.detach())  # (b, T, K)
+            for b, x in enumerate(batch):
+                target[b, logp_at.shape[1] - x.target_logp.shape[0] :] = x.target_logp.to(target.device)
+            loss, m = topk_kl(logp_at, target, mask)
+            (cfg.w_student * loss * (len(batch) / len(items))).backward()
+            return m, len(batch), sum(x.n_tokens for x in batch)
+        logp, mask = reply_logprobs(self.model, pairs, self.device)
         target = aligned([x.target_logp for x in batch], logp.shape[1], torch.zeros_like(logp.detach()))  # (b, T)
         if part in ("distill", "student") and (part, k) not in old:
             old[part, k] = logp.detach()  # (b, T) the policy before this update, on these replies

@@ -1,7 +1,8 @@
 """Reply log-probs of a batch: micro-batches by token budget, the padded forward, right-aligned rows.
 
 The learner (:mod:`clawdesk.learn.learner`) and the learned check score every reply through
-:func:`reply_logprobs`; :func:`micro_batches` keeps each forward within ``train.token_budget``.
+:func:`reply_logprobs`; :func:`micro_batches` keeps each forward within ``train.token_budget``;
+:func:`reply_topk` gives a teacher's likeliest tokens at each reply position (``train.student_topk``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
-def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: str):
+def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: str, *, at=None):
     """Log-probs of each reply's tokens given its prompt, as one padded batch: ``(logp, mask)``, both ``(B, T)``.
 
     ``logp[b, t] = log softmax(logits at position of token t − 1)[token t]`` over reply tokens,
@@ -37,10 +38,42 @@ def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], 
     positions (``logp`` is 0 elsewhere). Only the reply positions' final hidden states go through the
     output layer, in fp32 (:mod:`clawdesk.learn.head`): a bf16 base's own logits would add up to
     ~0.1 nat of rounding noise to every log-prob.
+
+    ``at``: one ``(len(reply), K)`` tensor of token ids per pair; then ``logp`` is ``(B, T, K)``, the
+    log-probs of those tokens at each reply position instead of the reply's own (the top-K distillation).
     """
     import torch
 
     from clawdesk.learn.head import head_logprobs
+
+    kept, targets, mask, lm = _reply_states(model, pairs, device)
+    B, T = mask.shape
+    if at is not None:
+        targets = torch.cat([a.to(device) for a in at])  # (N, K): rows in mask order, as the replies are
+        values = head_logprobs(kept, lm.get_output_embeddings(), targets)  # (N, K) fp32
+        logp = torch.zeros((B, T, targets.shape[1]), dtype=torch.float32, device=device)  # (B, T, K)
+        logp[mask] = values
+        return logp, mask
+    values = head_logprobs(kept, lm.get_output_embeddings(), targets)  # (N,) fp32
+    logp = torch.zeros((B, T), dtype=torch.float32, device=device).masked_scatter(mask, values)  # (B, T)
+    return logp, mask
+
+
+def reply_topk(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: str, k: int):
+    """The ``k`` likeliest tokens at each reply position, no gradient: per pair ``(logp, ids)``, both
+    ``(len(reply), k)``, likeliest first."""
+    from clawdesk.learn.head import head_topk
+
+    kept, _, _, lm = _reply_states(model, pairs, device)
+    logp, ids = head_topk(kept, lm.get_output_embeddings(), k)  # (N, k) each, rows in mask order
+    sizes = [len(r) for _, r in pairs]
+    return list(zip(logp.cpu().split(sizes), ids.cpu().split(sizes), strict=True))
+
+
+def _reply_states(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: str):
+    """The padded forward of :func:`reply_logprobs`: ``(hidden (N, H), targets (N,), mask (B, T), lm)``, with
+    N the reply tokens in mask order: the final hidden state that predicts each reply token, and that token."""
+    import torch
 
     if any(not p or not r for p, r in pairs):
         raise TrainError("reply_logprobs needs at least one prompt token and one reply token per sample.")
@@ -64,9 +97,7 @@ def reply_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], 
     hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
     kept = hidden[:, L - T - 1 : -1][mask]  # (N, H): positions L−T−1 .. L−2 predict tokens L−T .. L−1; replies only
     targets = ids[:, L - T :][mask]  # (N,)
-    values = head_logprobs(kept, lm.get_output_embeddings(), targets)  # (N,) fp32
-    logp = torch.zeros((B, T), dtype=torch.float32, device=device).masked_scatter(mask, values)  # (B, T)
-    return logp, mask
+    return kept, targets, mask, lm
 
 
 def aligned(rows: Sequence[Any], T: int, fill):

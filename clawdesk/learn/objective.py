@@ -4,8 +4,9 @@ This module owns the loss and nothing else: it sees per-token log-probabilities 
 tokens and returns a scalar. Building samples, computing the log-probs and stepping the optimizer
 belong to the trainer. Besides :func:`combined_loss` it holds the pure terms of the learning
 levers (docs/learning.md, "Levers"): :func:`centered_reward` (a batch baseline),
-:func:`distill_loss` (context distillation on replies sampled from the hint teacher) and
-:func:`anchor_kl` (KL to the base on the base's own replies to general prompts).
+:func:`distill_loss` (context distillation on replies sampled from the hint teacher),
+:func:`anchor_kl` (KL to the base on the base's own replies to general prompts) and :func:`topk_kl`
+(the teacher's whole next-token distribution, not just the sampled token, on the adapter's own replies).
 
 For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
 
@@ -246,6 +247,55 @@ def anchor_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) ->
     k3 = torch.exp(delta) - delta - 1.0  # (B, T)
     loss, _ = _sample_mean(k3, weight)  # ()
     return loss, {"loss": float(loss.detach()), "n_tokens": float(weight.sum())}
+
+
+def topk_kl(
+    logp_at: torch.Tensor, teacher_topk: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Forward KL from the teacher's next-token distribution, on its top K tokens plus the rest, per position.
+
+    At each reply position of a reply the adapter sampled itself, ``teacher_topk`` ``(B, T, K)`` holds
+    the teacher's log-probs of its K likeliest next tokens and ``logp_at`` ``(B, T, K)`` the policy's
+    log-probs of the same tokens (with gradient); ``mask`` ``(B, T)`` marks reply positions. The rest
+    of the vocabulary is one bucket::
+
+        p[k]    = exp(teacher_topk[k]),  r_T = 1 − Σ_k p[k],  r_π = 1 − Σ_k exp(logp_at[k])
+        kl[b,t] = Σ_k p[k]·(teacher_topk[k] − logp_at[k]) + r_T·(log r_T − log r_π)
+        loss    = mean over samples with ≥ 1 token of  Σ_t mask·kl / Σ_t mask
+
+    ``kl`` ≥ 0, and it and its gradient are 0 where the policy gives those tokens the teacher's
+    probabilities; with K = the vocabulary it is the exact KL(π_T ‖ π_θ) at each position. Unlike
+    the sampled-token OPD advantage (which sees a stop decision only where the reply stopped), every
+    position also teaches how likely the teacher finds each alternative there, the end of the reply
+    among them: where a shorter reply would stop, the teacher's end-token probability is learned at
+    every position of a longer one (generalized on-policy distillation, Agarwal et al. 2024). The
+    buckets' probabilities are floored at 1e-8 so ``log`` stays finite. Returns ``(loss, {"loss",
+    "kl", "n_tokens"})``.
+    """
+    import torch
+
+    if logp_at.dim() != 3 or tuple(teacher_topk.shape) != tuple(logp_at.shape):
+        raise TrainError(
+            f"topk_kl: logp_at and teacher_topk must share one (B, T, K) shape, got {tuple(logp_at.shape)} "
+            f"and {tuple(teacher_topk.shape)}."
+        )
+    if tuple(mask.shape) != tuple(logp_at.shape[:2]):
+        raise TrainError(f"topk_kl: mask must be (B, T) = {tuple(logp_at.shape[:2])}, got {tuple(mask.shape)}.")
+    dtype = torch.promote_types(logp_at.dtype, torch.float32)
+    keep = mask != 0  # (B, T)
+    weight = mask.to(dtype) if mask.is_floating_point() else keep.to(dtype)  # (B, T)
+    zero = torch.zeros((), dtype=dtype, device=logp_at.device)
+    lp = torch.where(keep[..., None], logp_at.to(dtype), zero)  # (B, T, K)
+    tl = torch.where(keep[..., None], teacher_topk.detach().to(dtype), zero)  # (B, T, K)
+    floor = 1e-8
+    p = tl.exp()  # (B, T, K)
+    rest_t = (1.0 - p.sum(-1)).clamp_min(floor)  # (B, T)
+    rest_p = (1.0 - lp.exp().sum(-1)).clamp_min(floor)  # (B, T)
+    kl = (p * (tl - lp)).sum(-1) + rest_t * (rest_t.log() - rest_p.log())  # (B, T)
+    loss, _ = _sample_mean(kl, weight)  # ()
+    with torch.no_grad():
+        metrics = {"loss": float(loss.detach()), "kl": _masked_mean(kl, weight), "n_tokens": float(weight.sum())}
+    return loss, metrics
 
 
 def _sample_mean(per_token: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ class StepMetrics:
     # Per-token means of the lever parts, reported as "<part>_<key>" over that part's reply tokens.
     PART_TOKEN_MEANS = {
         "distill": ("weight_mean", "weight_clip_frac", "clip_frac"),
-        "student": ("adv_mean", "clip_frac"),
+        "student": ("adv_mean", "clip_frac", "kl"),  # adv_mean and clip_frac: the OPD advantage; kl: the top-K KL
     }
 
     def __init__(self):
@@ -42,7 +42,8 @@ class StepMetrics:
         self._add(f"{part}_loss", m["loss"] * n)
         self._add(f"n_{part}", float(n))
         for key in self.PART_TOKEN_MEANS.get(part, ()):
-            self._add(f"{part}_{key}", m[key] * m["n_tokens"])
+            if key in m:  # a part's loss may report some of them (the student's: advantage or top-K KL)
+                self._add(f"{part}_{key}", m[key] * m["n_tokens"])
         self._add(f"{part}_tokens", m["n_tokens"])
         self.seq_tokens += seq_tokens
 
@@ -59,5 +60,5 @@ class StepMetrics:
                 out[f"n_{part}"] = s[f"n_{part}"]
         for part, keys in self.PART_TOKEN_MEANS.items():
             if s.get(f"{part}_tokens"):
-                out |= {f"{part}_{key}": s[f"{part}_{key}"] / s[f"{part}_tokens"] for key in keys}
+                out |= {f"{part}_{k}": s[f"{part}_{k}"] / s[f"{part}_tokens"] for k in keys if f"{part}_{k}" in s}
         return out

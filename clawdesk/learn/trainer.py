@@ -342,9 +342,9 @@ class _Run:
             self.progress("scoring", step, f"sampling {cfg.distill_samples}x{hinted} teacher replies to distil")
             out["distill"] = learner.distill_samples(batch, seed=batch[0].turn_id)  # a new batch, new draws
         if cfg.student_samples and cfg.w_student > 0 and hinted:
-            self.progress(
-                "scoring", step, f"sampling {cfg.student_samples}x{hinted} of the adapter's own replies for its teacher"
-            )
+            top = f", its top {cfg.student_topk} tokens at each position" if cfg.student_topk else ""
+            own = f"sampling {cfg.student_samples}x{hinted} of the adapter's own replies for its teacher{top}"
+            self.progress("scoring", step, own)
             out["student"] = learner.student_samples(batch, seed=batch[0].turn_id + 1)
         if self.anchor_prompts:
             out["anchor"] = learner.anchor_replies(self.anchor_prompts, seed=0)  # sampled once per learner

@@ -6,7 +6,9 @@
 - sampling: seeded, batch-independent (left padding shifts nothing), stops at the end token;
 - context distillation: teacher replies learned in the student's prompt with the base's teacher log-probs;
 - student samples: the adapter's own replies scored by the teacher; teacher = policy adds no gradient,
-  and the term alone brings the adapter's replies closer to the teacher's (reverse KL falls);
+  and the term alone brings the adapter's replies closer to the teacher's (reverse KL falls); with
+  ``student_topk`` the teacher's top K tokens per position, no gradient where teacher = policy, and the
+  term alone lowers the exact KL from the teacher at the adapter's reply positions;
 - the anchor: on a fresh LoRA (policy = base) it adds nothing to the gradient;
 - the trainer subprocess and `train()` take the options from config.toml.
 """
@@ -236,6 +238,70 @@ def test_student_term_moves_the_adapter_toward_its_teacher(tiny_gguf):
     after = _reverse_kl(learner, samples, seed=100)
     print(f"reverse KL of the adapter's own replies to the teacher: {before:.2f} -> {after:.2f} nats/token")  # -s
     assert after < 0.6 * before, (before, after)  # measured: 1.38 → 0.45 (lr 2e-2 overshot: 2.7)
+
+
+def test_student_topk_samples_hold_the_teacher_s_likeliest_tokens_at_each_position(tiny_gguf):
+    learner = _learner(tiny_gguf, student_samples=1, student_topk=5, distill_max_tokens=8)
+    samples = _samples(2, seed=3, hint=True)
+    extra = learner.student_samples(samples, seed=5)
+    assert len(extra) == 2
+    for s, x in zip(samples, extra, strict=True):
+        T = len(x.reply_ids)
+        assert x.target_ids.shape == (T, 5) and x.target_logp.shape == (T, 5)
+        assert bool((x.target_logp[:, :-1] >= x.target_logp[:, 1:]).all())  # likeliest first
+        # Against the one-token path: where the reply's own token is among them, its teacher log-prob matches.
+        own = learner.logprobs_each([(s.teacher_prompt_ids, x.reply_ids)], adapter=False)[0]  # (T,)
+        hits = (x.target_ids == torch.tensor(x.reply_ids)[:, None]).nonzero().tolist()
+        assert hits  # a tiny random model's sample lands in its teacher's top 5 somewhere
+        for t, k in hits:
+            assert abs(float(x.target_logp[t, k] - own[t])) < 1e-4
+
+
+def test_student_topk_term_is_zero_where_the_teacher_is_the_policy(tiny_gguf):
+    samples = _samples(3, seed=6)
+    grads = []
+    for n in (0, 2):
+        torch.manual_seed(0)
+        learner = _learner(tiny_gguf, student_samples=n, student_topk=8, distill_max_tokens=6)
+        taught = [dataclasses.replace(s, teacher_prompt_ids=s.prompt_ids) for s in samples]
+        student = learner.student_samples(taught, seed=1)
+        captured: dict[str, torch.Tensor] = {}
+        _capture_grads(learner, captured)
+        metrics = learner.step(samples, *learner.score(samples), stop=lambda: False, student=student)
+        grads.append(captured)
+        if n:
+            assert metrics["n_student"] == 6 and metrics["student_kl"] < 1e-5 and "student_adv_mean" not in metrics
+    for key in grads[0]:
+        torch.testing.assert_close(grads[0][key], grads[1][key], atol=1e-7, rtol=1e-5)
+
+
+def _exact_kl(learner: Learner, samples: list[Sample], seed: int) -> float:
+    """Mean over the adapter's own reply positions of KL(teacher ‖ adapter) over the whole vocabulary."""
+    extra = learner.student_samples(samples, seed=seed)
+    total, n = 0.0, 0
+    for s, x in zip(samples, extra, strict=True):
+        ((t_lp, t_ids),) = learner.topk_each([(s.teacher_prompt_ids, x.reply_ids)], VOCAB, adapter=False)
+        ((a_lp, a_ids),) = learner.topk_each([(x.prompt_ids, x.reply_ids)], VOCAB, adapter=True)
+        a_sorted = a_lp.gather(-1, a_ids.argsort(-1))  # (T, V) by token id
+        t_sorted = t_lp.gather(-1, t_ids.argsort(-1))
+        total += float((t_sorted.exp() * (t_sorted - a_sorted)).sum())
+        n += len(x.reply_ids)
+    return total / n
+
+
+def test_student_topk_term_lowers_the_kl_from_the_teacher_on_the_adapter_s_own_replies(tiny_gguf):
+    torch.manual_seed(0)
+    cfg = {"student_samples": 1, "student_topk": 16, "distill_max_tokens": 6, "w_binary": 0.0, "beta_kl": 0.0}
+    learner = _learner(tiny_gguf, lr=5e-3, **cfg)
+    samples = [dataclasses.replace(s, reward=0.0) for s in _samples(2, seed=8, hint=True)]
+    plain = [dataclasses.replace(s, teacher_prompt_ids=None) for s in samples]
+    before = _exact_kl(learner, samples, seed=100)
+    for k in range(12):
+        student = learner.student_samples(samples, seed=k)
+        learner.step(plain, *learner.score(plain), stop=lambda: False, student=student)
+    after = _exact_kl(learner, samples, seed=100)
+    print(f"KL(teacher || adapter) at the adapter's own reply positions: {before:.2f} -> {after:.2f} nats")  # -s
+    assert after < 0.6 * before, (before, after)
 
 
 def _capture_grads(learner: Learner, into: dict[str, torch.Tensor]) -> None:

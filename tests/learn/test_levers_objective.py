@@ -3,7 +3,9 @@
 - the batch baseline: an all-+1 batch without hints gives exactly zero gradient through the binary term;
 - context distillation: at ratio 1 the gradient is −w/n per token with w = min(π_T/π_served, max_weight);
   the PPO clip stops a token's push; padding never leaks;
-- the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1.
+- the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1;
+- the top-K KL: policy = teacher gives a zero term and a zero gradient; with K = the vocabulary it is the
+  exact KL; a teacher that wants the end token more raises the policy's end-token probability.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from clawdesk.errors import TrainError
-from clawdesk.learn.objective import anchor_kl, centered_reward, combined_loss, distill_loss
+from clawdesk.learn.objective import anchor_kl, centered_reward, combined_loss, distill_loss, topk_kl
 
 
 def _binary_batch(reward: list[float], hinted: list[bool], seed: int = 0) -> dict[str, torch.Tensor]:
@@ -139,3 +141,48 @@ def test_anchor_is_the_k3_estimate_and_pulls_back_toward_the_base():
     assert logp.grad[0, 0] > 0 > logp.grad[0, 1]  # descent lowers a token the policy made likelier, raises the other
     with pytest.raises(TrainError, match="share one"):
         anchor_kl(logp, ref[:, :2], torch.ones(1, 3, dtype=torch.bool))
+
+
+def _logits(B: int, T: int, V: int, seed: int) -> torch.Tensor:
+    return torch.randn(B, T, V, generator=torch.Generator().manual_seed(seed)) * 2  # (B, T, V)
+
+
+def test_topk_kl_is_zero_with_zero_gradient_where_the_policy_is_the_teacher():
+    full = torch.log_softmax(_logits(2, 5, 11, 0), -1)  # (B, T, V)
+    top, ids = full.topk(4, dim=-1)  # (B, T, K)
+    logp_at = full.gather(-1, ids).clone().requires_grad_()
+    loss, m = topk_kl(logp_at, top, torch.ones(2, 5, dtype=torch.bool))
+    (grad,) = torch.autograd.grad(loss, logp_at)
+    assert abs(float(loss.detach())) < 1e-6 and m["kl"] < 1e-6 and m["n_tokens"] == 10
+    assert float(grad.abs().max()) < 1e-6
+
+
+def test_topk_kl_over_the_whole_vocabulary_is_the_exact_kl_and_padding_never_leaks():
+    teacher = torch.log_softmax(_logits(2, 4, 7, 1), -1)  # (B, T, V)
+    policy = torch.log_softmax(_logits(2, 4, 7, 2), -1).requires_grad_()
+    mask = torch.tensor([[False, True, True, True], [True, True, True, True]])
+    loss, _ = topk_kl(policy, teacher, mask)  # K = V, the ids 0..V−1 in order: the rest bucket is empty
+    exact = (teacher.exp() * (teacher - policy.detach())).sum(-1)  # (B, T)
+    want = (exact[0, 1:].mean() + exact[1].mean()) / 2  # the mean over samples of each one's token mean
+    assert math.isclose(float(loss.detach()), float(want), rel_tol=1e-5)
+    (grad,) = torch.autograd.grad(loss, policy)
+    assert float(grad[0, 0].abs().max()) == 0.0  # the padded position
+    with pytest.raises(TrainError, match="topk_kl"):
+        topk_kl(policy, teacher[:, :3], mask)
+
+
+def test_topk_kl_teaches_the_teacher_s_end_token_probability_at_a_position_the_policy_went_on():
+    """Token 0 is the end token: the teacher gives it 0.6, the policy 0.05. The KL's gradient raises it."""
+    V = 6
+    policy_logits = torch.zeros(1, 1, V)
+    policy_logits[0, 0, 0] = math.log(0.05 / 0.95 * (V - 1))  # p(end) = 0.05
+    teacher = torch.full((1, 1, V), math.log(0.4 / (V - 1)))
+    teacher[0, 0, 0] = math.log(0.6)
+    top, ids = teacher.topk(2, dim=-1)  # the end token and one other; the rest is a bucket
+    logits = policy_logits.clone().requires_grad_()
+    for _ in range(50):
+        loss, _ = topk_kl(torch.log_softmax(logits, -1).gather(-1, ids), top, torch.ones(1, 1, dtype=torch.bool))
+        (grad,) = torch.autograd.grad(loss, logits)
+        logits = (logits - 1.0 * grad).detach().requires_grad_()
+    p_end = float(torch.softmax(logits, -1)[0, 0, 0])
+    assert 0.55 < p_end < 0.65, p_end

@@ -23,7 +23,7 @@ from clawdesk.config import TrainConfig, load_config
 from clawdesk.errors import ConfigError, TrainError
 from clawdesk.learn import versions
 from clawdesk.learn.base_model import _to_nf4, compute_dtype, load_base, resolve_device
-from clawdesk.learn.head import head_logprobs
+from clawdesk.learn.head import head_logprobs, head_topk
 from clawdesk.learn.learner import Learner
 from clawdesk.learn.logprobs import reply_logprobs
 from clawdesk.learn.samples import count_ready
@@ -135,6 +135,33 @@ def test_head_logprobs_and_their_gradient_match_log_softmax(chunk_rows, save_pro
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), want.detach(), atol=1e-5, rtol=1e-6)  # fp32 precision
     torch.testing.assert_close(grad.double(), want_grad, atol=1e-4, rtol=1e-5)  # W[t] − Σ p·W cancels
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 5])
+@pytest.mark.parametrize("save_probs_max", [0, 1 << 30])
+def test_head_logprobs_of_k_tokens_per_position_and_the_top_k_match_log_softmax(chunk_rows, save_probs_max):
+    """K targets per position (the top-K distillation's): each column is the one-target head's value and
+    gradient; head_topk is torch.topk of log_softmax, across chunk borders."""
+    gen = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(16, 23, bias=True).requires_grad_(False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(23, 16, generator=gen) * 3)
+    hidden = torch.randn(9, 16, generator=gen, requires_grad=True)  # (N, H)
+    targets = torch.randint(0, 23, (9, 4), generator=gen)  # (N, K)
+    upstream = torch.randn(9, 4, generator=gen)
+    got = head_logprobs(hidden, head, targets, chunk_rows=chunk_rows, save_probs_max=save_probs_max)
+    (grad,) = torch.autograd.grad((got * upstream).sum(), hidden)
+    h64 = hidden.detach().double().requires_grad_(True)
+    full = torch.log_softmax(h64 @ head.weight.double().T + head.bias.double(), -1)  # (N, V)
+    want = full.gather(-1, targets)
+    (want_grad,) = torch.autograd.grad((want * upstream.double()).sum(), h64)
+    assert got.shape == (9, 4)
+    torch.testing.assert_close(got.double(), want.detach(), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(grad.double(), want_grad, atol=1e-4, rtol=1e-5)
+    top, ids = head_topk(hidden, head, 6, chunk_rows=chunk_rows)
+    want_top, want_ids = full.detach().topk(6, dim=-1)
+    assert torch.equal(ids, want_ids) and not top.requires_grad
+    torch.testing.assert_close(top.double(), want_top, atol=1e-5, rtol=1e-6)
 
 
 def _old_bf16_logprobs(model, pairs):
