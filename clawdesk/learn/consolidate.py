@@ -22,15 +22,18 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   token, an opening phrase 0.7; docs/learning.md, "Memory"): most tokens of a reply are content
   the item does not touch;
 - a ready version has trained on at least one of its turns;
-- the adapter *writes* it (the behaviour test, when the trainer gives the check a ``decode``): on an
+- the adapter *writes* it (the behaviour test, when the trainer gives the check a ``probe``): on an
   item whose aspect (:func:`~clawdesk.store.pref_topics.aspect`) has a surface feature
   (:mod:`clawdesk.learn.reply_form`: length, lists, paragraphs, opening, closing), the adapter's
   greedy replies *with* the items and *without* them (up to :data:`FORM_TOKENS` tokens, so where a
-  reply ends counts) agree on that feature on :data:`FORM_SHARE` of up to :data:`FORM_TURNS` recent
-  prompts that held it (7 of 8); on length in the item's direction where its words give one
+  reply ends counts) agree on that feature on :data:`FORM_SHARE` of :data:`FORM_PROMPTS` general
+  prompts no turn trained on (7 of 8; :mod:`clawdesk.learn.form_probe`), served with the memory
+  block of the item's own turn; on length in the item's direction where its words give one
   (:func:`~clawdesk.store.pref_topics.length_direction`: without "at most 40 words" a *shorter* reply
   still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions). So the
-  item leaves the prompt only when the person would hardly see the difference. The log-prob
+  item leaves the prompt only when the person would hardly see the difference, in a conversation the
+  weights were not trained on (the item's own recent turns, compared until stop 35, let `brief`'s
+  item leave at 7 of 8 while held-out prompts kept 11 of 16 within its limit). The log-prob
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
@@ -56,7 +59,7 @@ check go into the version's ``validation`` (``adapters.validation`` and ``metada
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -64,9 +67,10 @@ from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
 from clawdesk.store.pref_topics import aspect, length_direction
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
-from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_items
+from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_block, turn_memory_items
 
 if TYPE_CHECKING:
+    from clawdesk.learn.form_probe import FormProbe
     from clawdesk.learn.learner import Learner
 
 CHECK_TURNS = 3  # prompts per item
@@ -75,12 +79,10 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
-FORM_TURNS = 8  # prompts the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
+FORM_PROMPTS = 8  # prompts the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
 FORM_SHARE = 0.85  # the share of them whose replies must agree, rounded up: 7 of 8
 RETURN_FORM_SHARE = 0.6  # a learned item is back when fewer agree than this share, rounded up: under 5 of 8
 FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)
-
-Decode = Callable[[Sequence[Sequence[int]]], list[str]]  # token ids -> text, under the base's vocabulary
 
 
 @dataclass(frozen=True)
@@ -117,21 +119,22 @@ def check_items(
     learner: Learner,
     base_sha256: str,
     *,
-    decode: Decode | None = None,
+    probe: FormProbe | None = None,
     trained_now: Iterable[int] = (),
     learn_ratio: float = LEARN_RATIO,
     return_ratio: float = RETURN_RATIO,
     min_effect: float = MIN_EFFECT,
     form_share: float = FORM_SHARE,
-    form_turns: int = FORM_TURNS,
+    form_prompts: int = FORM_PROMPTS,
     turns: int = CHECK_TURNS,
     tokens: int = CHECK_TOKENS,
 ) -> list[ItemCheck]:
     """Measure every active and learned item under the learner's current weights (nothing is changed).
 
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
-    may not be recorded yet), counted as trained on. ``decode`` (token ids to text) turns the behaviour
-    test on; without it the log-prob criterion decides alone.
+    may not be recorded yet), counted as trained on. ``probe`` (the general prompts and how to read
+    replies) turns the behaviour test on, on its first ``form_prompts`` prompts; without it the log-prob
+    criterion decides alone.
     """
     now = set(trained_now)
     held_now: dict[int, int] = {}
@@ -160,10 +163,10 @@ def check_items(
         lost = item.status == "learned" and gap > return_ratio * max(base_gap, min_effect)
         carried = item.status == "learned" and not lost
         # What the adapter *writes* is asked of an item about to leave and of a learned one its log-probs still carry.
-        if decode is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
+        if probe is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
             direction = length_direction(item.text) if kind == "length" else None
-            recent = item_turns(store, item.id, base_sha256, limit=form_turns)
-            form = _behaviour(learner, recent, kind, direction, decode)
+            block = turn_memory_block(store, found[0].turn_id)  # as served on the turn that held the fewest items
+            form = _behaviour(learner, probe, block, form_prompts, kind, direction)
             share = form_share if retiring else RETURN_FORM_SHARE
             agreed = form["form_agree"] >= math.ceil(share * form["form_n"])
             if retiring:
@@ -181,18 +184,20 @@ def check_items(
     return out
 
 
-def _behaviour(learner: Learner, found: list, kind: str, direction: str | None, decode: Decode) -> dict:
-    """The behaviour test's fields: the adapter's greedy replies with and without the items, compared on ``kind``."""
-    found = [t for t in found if len(t.served_ids) + FORM_TOKENS <= learner.config.token_budget] or found[:1]
-    prompts = [t.served_ids for t in found] + [t.student_ids for t in found]
-    replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
-    served, own = replies[: len(found)], replies[len(found) :]
+def _behaviour(learner: Learner, probe: FormProbe, block: str, n: int, kind: str, direction: str | None) -> dict:
+    """The behaviour test's fields: the adapter's greedy replies to the probe's first ``n`` prompts with
+    ``block`` and without it, compared on ``kind``."""
+    pairs = list(zip(probe.render(block), probe.student, strict=True))[:n]
+    pairs = [(w, wo) for w, wo in pairs if len(w) + FORM_TOKENS <= learner.config.token_budget] or pairs[:1]
+    prompts = [w for w, _ in pairs] + [wo for _, wo in pairs]
+    replies = probe.decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
+    served, own = replies[: len(pairs)], replies[len(pairs) :]
     mean_words = tuple(sum(len(reply_form.words(r)) for r in rs) / len(rs) for rs in (served, own))
     agree = reply_form.agreement(kind, served, own, direction)
     return {
         "form": kind,
         "form_agree": agree,
-        "form_n": len(found),
+        "form_n": len(pairs),
         "form_words": mean_words,
         "form_direction": direction,
     }

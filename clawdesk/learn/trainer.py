@@ -38,8 +38,9 @@ from pathlib import Path
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
-from clawdesk.learn import consolidate, optim_state, versions, vocab
+from clawdesk.learn import consolidate, optim_state, versions
 from clawdesk.learn.anchor import default_anchor_path, load_anchor_prompts
+from clawdesk.learn.form_probe import FormProbe, load_form_probe
 from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
 from clawdesk.learn.learner import Extra, Learner, Stopped
@@ -47,6 +48,7 @@ from clawdesk.learn.pause import continue_if_parent_dies
 from clawdesk.learn.protocol import TrainerFailed, TrainerMessage, TrainerStarted, TrainProgress, encode
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
 from clawdesk.store.log import Store, now_iso
+from clawdesk.store.prefs import list_preferences
 
 HELDOUT_N = 8  # earlier replies scored before/after each step to catch a collapsing adapter
 # Learning-rate scales a step is tried at until it passes the general-ability guard (see _Run.guarded_step).
@@ -157,6 +159,7 @@ class _Run:
     guard: GuardSet | None = None  # the general-ability check's texts, once loaded
     guard_skipped: str = ""  # why there is no general-ability check, when there is none
     anchor_prompts: list[list[int]] = field(default_factory=list)  # the anchor's prompts, when train.anchor_coef > 0
+    form_probe: FormProbe | None = None  # the behaviour test's prompts, loaded at the first memory check
 
     def __post_init__(self) -> None:
         self.device = self.config.device
@@ -331,8 +334,14 @@ class _Run:
         self.progress("validating", step, "checking which preference items the adapter carries")
         return consolidate.check_items(
             self.store, learner, self.base_sha256, trained_now={s.turn_id for s in batch},
-            decode=lambda replies: vocab.detokenize(self.base_gguf, replies),
+            probe=self._form_probe(),
         )  # fmt: skip
+
+    def _form_probe(self) -> FormProbe | None:
+        """The behaviour test's prompts; None (the log-prob criterion alone) while no item is kept."""
+        if self.form_probe is None and list_preferences(self.store, statuses=("active", "learned")):
+            self.form_probe = load_form_probe(self.base_gguf, system_prompt=self.system_prompt)
+        return self.form_probe
 
     def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
         """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""

@@ -9,6 +9,7 @@ carries and brings it back when it does not.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 
@@ -235,28 +236,69 @@ def test_the_check_decides_by_its_thresholds_and_a_person_s_change_beats_it(lear
 OPENING = "Begin your reply with the exact words 'Hi there!' and then answer."
 
 
+def _probe(demo_gguf, config, tmp_path, *texts: str):
+    """The behaviour test's probe on ``texts`` (the shipped set's loader, a test set of prompts)."""
+    from clawdesk.learn.form_probe import load_form_probe
+
+    path = tmp_path / "form-prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+    return load_form_probe(demo_gguf, system_prompt=config.chat.system_prompt, path=path)
+
+
+@pytest.mark.parametrize("placement", ["system", "user"])
+def test_the_probe_serves_its_prompts_as_the_chat_serves_a_turn_with_that_memory(
+    engine, config, store, demo_gguf, tmp_path, placement
+):
+    """Rendered with a turn's recorded block, a probe prompt is token for token the prompt the chat served
+    that turn; without it, the turn's student prompt. So the test compares what the chat would serve."""
+    item = add_preference(store, ITEM).item
+    turn_id = _served(engine, config, store, memory=True, text="What do libraries offer?", placement=placement)
+    (turn,) = item_turns(store, item.id, engine.identity.sha256)
+    probe = _probe(demo_gguf, config, tmp_path, "What do libraries offer?")
+    assert probe.render(turn_memory_block(store, turn_id)) == [turn.served_ids]
+    assert probe.student == [turn.student_ids] and turn.served_ids != turn.student_ids
+
+
+def test_the_shipped_probe_prompts_are_no_training_or_held_out_prompt():
+    """The behaviour test's prompts are new to every persona, the anchor, the guard and the neutral set."""
+    from clawdesk.eval.personas import assets_dir, load_persona
+    from clawdesk.learn.anchor import read_prompts
+    from clawdesk.learn.form_probe import read_form_prompts
+    from clawdesk.learn.guard import read_rows
+
+    probe = {t.casefold() for t in read_form_prompts()}
+    assert len(probe) == consolidate.FORM_PROMPTS
+    seen: set[str] = set(read_prompts(assets_dir() / "anchor-prompts.jsonl"))
+    seen |= {r["prompt"] for r in read_rows(assets_dir() / "guard-set.jsonl")}
+    seen |= {
+        json.loads(line)["prompt"] for line in (assets_dir() / "neutral-set.jsonl").read_text().splitlines() if line
+    }
+    for path in sorted((assets_dir() / "personas").glob("*.toml")):
+        persona = load_persona(path.stem)
+        seen |= set(persona.prompts) | set(persona.heldout)
+    assert not probe & {t.casefold() for t in seen}
+
+
 @pytest.mark.slow
 def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
-    learner, engine, config, store, demo_gguf
+    learner, engine, config, store, demo_gguf, tmp_path
 ):
     """A fresh LoRA is the base: the log-prob criterion is met by a lenient threshold, but without the item
-    the replies do not open as they do with it, so the item stays; without ``decode`` it would have left."""
-    from clawdesk.learn.vocab import detokenize
-
+    the replies do not open as they do with it, so the item stays; without a ``probe`` it would have left."""
     item = add_preference(store, OPENING).item
-    turn_ids = [
-        _served(engine, config, store, memory=True, text=t, placement="user")
-        for t in ("Name three fruits.", "How do I descale a kettle?")  # with it, both open "Hi there!"
-    ]
-    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
-    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01)
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 2 + 2?", placement="user")]
+    # Prompts no turn held: with the item the base opens both with "Hi there!"; without it, neither.
+    probe = _probe(demo_gguf, config, tmp_path, "Name three fruits.", "How do I descale a kettle?")
+    sha = engine.identity.sha256
+    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, min_effect=-1.0)
     assert blind.decision == "learned" and blind.form is None  # the log-prob criterion alone retires it
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, decode=decode)
+    lenient = {"learn_ratio": 1.01, "min_effect": -1.0}
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
     assert (c.form, c.form_n) == ("opening", 2) and c.form_agree < 2
     assert c.decision == "kept" and c.form_held_back
     # The share of prompts that must agree, and how many are compared, are the test's two knobs.
     (none_needed,) = consolidate.check_items(
-        store, learner, sha, trained_now=turn_ids, learn_ratio=1.01, decode=decode, form_share=0.0, form_turns=1
+        store, learner, sha, trained_now=turn_ids, probe=probe, form_share=0.0, form_prompts=1, **lenient
     )
     assert (none_needed.form_n, none_needed.decision, none_needed.form_held_back) == (1, "learned", False)
     (line,) = consolidate.apply_checks(store, [c])
@@ -266,9 +308,9 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
     # though its log-probs still say "carried" (return_ratio 1.01: the gap alone would keep it learned).
     consolidate.apply_checks(store, [blind])
     assert get_preference(store, item.id).status == "learned"
-    (carried,) = consolidate.check_items(store, learner, sha, return_ratio=1.01)
-    assert carried.decision == "kept" and carried.form is None  # without decode: the log-probs alone
-    (back,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, decode=decode)
+    (carried,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, min_effect=-1.0)
+    assert carried.decision == "kept" and carried.form is None  # without a probe: the log-probs alone
+    (back,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, min_effect=-1.0, probe=probe)
     assert (back.form, back.form_n, back.decision) == ("opening", 2, "active") and not back.form_held_back
     (line,) = consolidate.apply_checks(store, [back])
     assert "back in the prompt" in line and f"agree in opening on {back.form_agree} of 2" in line
@@ -276,33 +318,33 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
 
 
 @pytest.mark.slow
-def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(learner, engine, config, store, demo_gguf):
+def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(
+    learner, engine, config, store, demo_gguf, tmp_path
+):
     """Where the replies with and without the item do the same on its aspect, it leaves the prompt."""
-    from clawdesk.learn.vocab import detokenize
-
     item = add_preference(store, ITEM).item  # no lists: a one-line sum has none either way
-    turn_ids = [_served(engine, config, store, memory=True, text="What is 2 + 2?", placement="user")]
-    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
+    turn_ids = [_served(engine, config, store, memory=True, text="Name three fruits.", placement="user")]
+    probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
+    sha = engine.identity.sha256
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     # Meet the log-prob criterion by construction (a fresh LoRA: gap = base_gap, of either sign).
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, decode=decode, **lenient)
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
     assert (c.form, c.form_agree, c.form_n) == ("lists", 1, 1) and c.decision == "learned", c
     (line,) = consolidate.apply_checks(store, [c])
     assert "agree in lists on 1 of 1" in line and get_preference(store, item.id).status == "learned"
 
 
 @pytest.mark.slow
-def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf):
+def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf, tmp_path):
     """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
-    from clawdesk.learn.vocab import detokenize
-
     add_preference(store, "Answer in at most five words.")
-    turn_ids = [_served(engine, config, store, memory=True, text="What is 2 + 2?", placement="user")]
-    sha, decode = engine.identity.sha256, lambda ids: detokenize(demo_gguf, ids)
+    turn_ids = [_served(engine, config, store, memory=True, text="Name three fruits.", placement="user")]
+    probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
+    sha = engine.identity.sha256
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, decode=decode, **lenient)
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
     assert (c.form, c.form_direction, c.form_n) == ("length", "shorter", 1), c
     assert c.decision == ("learned" if c.form_agree == 1 else "kept")
     with_item, without = c.form_words
