@@ -108,6 +108,7 @@ class JudgeConfig:
 
 STEP_REWARDS = ("stepwise", "outcome")
 ADVANTAGES = ("reward", "baseline")
+TEACHERS = ("base", "policy")
 BASE_DTYPES = ("auto", "float32", "bfloat16")
 TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
@@ -151,6 +152,10 @@ class TrainConfig:
     # The binary term's advantage: "reward" = r (today), "baseline" = r − the batch's mean r, so an
     # all-+1 or all-−1 batch trains nothing through it (objective.centered_reward).
     advantage: str = "reward"
+    # Whose log-probs, with the hint and the preference items in context, the OPD teacher gives:
+    # "base" (the frozen base, as OpenClaw-RL does) or "policy" (the adapter as it was before the step,
+    # so a step learns what the items add to the adapter, and the items' effect on it is the fixed point).
+    teacher: str = "base"
     # Context distillation: replies sampled per hinted sample from the teacher (the base with the hint
     # in context), learned without the hint (objective.distill_loss); 0 = off.
     distill_samples: int = 0
@@ -178,6 +183,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
+        _check(self.teacher in TEACHERS, f'train.teacher must be "base" or "policy", got {self.teacher!r}')
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")

@@ -52,7 +52,7 @@ class FormProbe:
     to_ids: Callable[[list[str], str], list[list[int]]]  # (user messages, system prompt) -> first-turn ids
     decode: Callable[[Sequence[Sequence[int]]], list[str]]
     system_prompt: str = ""
-    _served: dict[str, list[list[int]]] = field(default_factory=dict)
+    _served: dict[str, list[list[int]]] = field(default_factory=dict, init=False, repr=False)
 
     def render(self, block: str) -> list[list[int]]:
         if block not in self._served:

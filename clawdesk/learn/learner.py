@@ -211,6 +211,11 @@ class Learner:
                     out[i] = logp[row][mask[row]].cpu()
         return out
 
+    @property
+    def policy_teacher(self) -> bool:
+        """Whether the teacher is the adapter as it is now (``train.teacher = "policy"``), not the base."""
+        return self.config.teacher == "policy"
+
     def topk_each(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], k: int, *, adapter: bool = True):
         """No-grad ``(logp, ids)`` of the ``k`` likeliest tokens at each reply position, ``(len(reply), k)`` CPU
         tensors per pair (:func:`~clawdesk.learn.logprobs.reply_topk`), batched by the token budget."""
@@ -225,11 +230,12 @@ class Learner:
         return out
 
     def score(self, samples: Sequence[Sample]) -> tuple[list[Any], list[Any]]:
-        """(ref, teacher) log-probs per sample with the adapter disabled; teacher is None without a hint."""
+        """(ref, teacher) log-probs per sample: ref with the adapter disabled, teacher in the teacher prompt
+        under the base or the current adapter (``train.teacher``); teacher is None without a hint."""
         ref = self.logprobs_each([(s.prompt_ids, s.reply_ids) for s in samples], adapter=False)
         hinted = [i for i, s in enumerate(samples) if s.has_hint]
         teach = self.logprobs_each(
-            [(samples[i].teacher_prompt_ids, samples[i].reply_ids) for i in hinted], adapter=False
+            [(samples[i].teacher_prompt_ids, samples[i].reply_ids) for i in hinted], adapter=self.policy_teacher
         )
         teacher: list[Any] = [None] * len(samples)
         for i, lp in zip(hinted, teach, strict=True):
@@ -259,14 +265,15 @@ class Learner:
     def distill_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
         """Context distillation: ``train.distill_samples`` replies per hinted sample from the teacher.
 
-        The teacher is the base with the hint in context (the sample's teacher prompt); each reply is
-        learned in the sample's own prompt, without the hint, with the teacher's log-probs of it.
+        The teacher is the base (or the adapter, ``train.teacher``) with the hint in context (the sample's
+        teacher prompt); each reply is learned in the sample's own prompt, without the hint, with the
+        teacher's log-probs of it.
         """
         cfg = self.config
         hinted = [s for s in samples if s.has_hint for _ in range(cfg.distill_samples)]
         return self._teacher_scored(
             hinted, [s.teacher_prompt_ids for s in hinted], temperature=cfg.distill_temperature, seed=seed,
-            adapter=False, fits=lambda s, r: len(s.prompt_ids) + len(r) <= cfg.token_budget,
+            adapter=self.policy_teacher, fits=lambda s, r: len(s.prompt_ids) + len(r) <= cfg.token_budget,
         )  # fmt: skip
 
     def student_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
@@ -290,8 +297,9 @@ class Learner:
     ) -> list[Extra]:
         """One reply per sample, sampled for ``prompts[i]``, kept if non-empty and ``fits``, scored by its teacher.
 
-        Each becomes an :class:`Extra` learned in the sample's student prompt, its target the base's
-        log-probs of the reply given the sample's teacher prompt (``topk`` > 0: its ``topk`` likeliest
+        Each becomes an :class:`Extra` learned in the sample's student prompt, its target the teacher's
+        (the base's, or the adapter's: ``train.teacher``) log-probs of the reply given the sample's
+        teacher prompt (``topk`` > 0: its ``topk`` likeliest
         tokens at each position of the reply, and their log-probs).
         """
         if not samples:
@@ -302,9 +310,9 @@ class Learner:
         kept = [(s, r) for s, r in zip(samples, replies, strict=True) if r and fits(s, r)]
         pairs = [(s.teacher_prompt_ids, r) for s, r in kept]
         if topk:
-            top = self.topk_each(pairs, topk, adapter=False)
+            top = self.topk_each(pairs, topk, adapter=self.policy_teacher)
             return [Extra(list(s.prompt_ids), r, lp, ids) for (s, r), (lp, ids) in zip(kept, top, strict=True)]
-        teacher = self.logprobs_each(pairs, adapter=False)
+        teacher = self.logprobs_each(pairs, adapter=self.policy_teacher)
         return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
 
     def anchor_replies(self, prompts: Sequence[Sequence[int]], *, seed: int) -> list[Extra]:

@@ -10,6 +10,8 @@
   ``student_topk`` the teacher's top K tokens per position, no gradient where teacher = policy, and the
   term alone lowers the exact KL from the teacher at the adapter's reply positions;
 - the anchor: on a fresh LoRA (policy = base) it adds nothing to the gradient;
+- the policy teacher: on a fresh LoRA it is the base (the same step); after a step the teacher's log-probs
+  are the adapter's with the hint in context, the reference's still the base's;
 - the trainer subprocess and `train()` take the options from config.toml.
 """
 
@@ -302,6 +304,29 @@ def test_student_topk_term_lowers_the_kl_from_the_teacher_on_the_adapter_s_own_r
     after = _exact_kl(learner, samples, seed=100)
     print(f"KL(teacher || adapter) at the adapter's own reply positions: {before:.2f} -> {after:.2f} nats")  # -s
     assert after < 0.6 * before, (before, after)
+
+
+def test_the_policy_teacher_is_the_adapter_before_the_step_with_the_hint_in_context(tiny_gguf):
+    samples = _samples(3, seed=9, hint=True)
+    grads = []
+    for teacher in ("base", "policy"):
+        torch.manual_seed(0)  # the same fresh LoRA: the policy is the base, so both teachers agree
+        learner = _learner(tiny_gguf, teacher=teacher)
+        captured: dict[str, torch.Tensor] = {}
+        _capture_grads(learner, captured)
+        learner.step(samples, *learner.score(samples), stop=lambda: False)
+        grads.append(captured)
+    _assert_same(grads[0], grads[1])
+    torch.manual_seed(0)
+    learner = _learner(tiny_gguf, teacher="policy")
+    _step(learner, samples)  # the adapter moves away from the base
+    ref, teacher = learner.score(samples)
+    pairs = [(s.teacher_prompt_ids, s.reply_ids) for s in samples]
+    own, base = learner.logprobs_each(pairs), learner.logprobs_each(pairs, adapter=False)
+    for got, mine, frozen in zip(teacher, own, base, strict=True):
+        assert torch.equal(got, mine) and not torch.allclose(got, frozen, atol=1e-4)
+    (ref_base,) = learner.logprobs_each([(samples[0].prompt_ids, samples[0].reply_ids)], adapter=False)
+    torch.testing.assert_close(ref[0], ref_base, atol=1e-5, rtol=1e-5)  # the reference stays the base
 
 
 def _capture_grads(learner: Learner, into: dict[str, torch.Tensor]) -> None:
