@@ -13,7 +13,8 @@ interactions to target.
 
 ``--versions`` prints, per seed, one line per adapter version from its metadata.json instead: its status,
 each preference item's learned check (decision; the behaviour test's agreeing prompts and mean words
-with / without the items) and the lever terms' step metrics (``student_adv_mean``, ...).
+with / without the items, on the item's recent turns and, since stop 35, on new prompts) and the lever
+terms' step metrics (``student_adv_mean``, ...).
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ def version_lines(run_dir: Path) -> list[str]:
                 if c.get("form"):
                     with_, without = c["form_words"]
                     form = f", {c['form']} {c['form_agree']} of {c['form_n']} (words {with_:.0f} / {without:.0f})"
+                    if c.get("new_n"):  # since stop 35: also on the probe's prompts no turn held
+                        with_, without = c["new_words"]
+                        form += f", new {c['new_agree']} of {c['new_n']} (words {with_:.0f} / {without:.0f})"
                 items.append(f"#{c['item_id']} {c['status']} → {c['decision']}{form}")
             levers = {k: v for k, v in (m.get("metrics") or {}).items() if k.startswith(("student_", "distill_"))}
             lever = "; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(levers.items())) if levers else ""

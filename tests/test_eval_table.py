@@ -88,7 +88,8 @@ def test_versions_lists_each_seeds_learned_checks_and_lever_metrics(eval_table, 
              "form_words": [20.4, 33.0]}  # fmt: skip
     for seed in (1, 0):
         home = run / f"seed-{seed}" / "home"
-        _version(home, 10, "ready", [check | {"decision": "learned"}], {})  # v10 sorts after v2 by number
+        new = {"new_agree": 8, "new_n": 8, "new_words": [18.0, 19.6]}  # the probe's prompts (since stop 35)
+        _version(home, 10, "ready", [check | {"decision": "learned"} | new], {})  # v10 sorts after v2 by number
         _version(home, 2, "ready", [check], {"student_adv_mean": -0.0904, "loss": 0.5})
         _version(home, 3, "rejected", [], {})
     lines = eval_table.version_lines(run)
@@ -96,6 +97,6 @@ def test_versions_lists_each_seeds_learned_checks_and_lever_metrics(eval_table, 
         "seed-0:",
         "  v2 ready: #1 active → kept, length 6 of 8 (words 20 / 33); student_adv_mean -0.090",
         "  v3 rejected: no items checked",
-        "  v10 ready: #1 active → learned, length 6 of 8 (words 20 / 33)",
+        "  v10 ready: #1 active → learned, length 6 of 8 (words 20 / 33), new 8 of 8 (words 18 / 20)",
     ]
     assert lines[4] == "seed-1:" and len(lines) == 8

@@ -294,13 +294,13 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
     assert blind.decision == "learned" and blind.form is None  # the log-prob criterion alone retires it
     lenient = {"learn_ratio": 1.01, "min_effect": -1.0}
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
-    assert (c.form, c.form_n) == ("opening", 2) and c.form_agree < 2
+    assert (c.form, c.form_n, c.new_n) == ("opening", 1, 2) and c.new_agree < 2  # its turn, and the new prompts
     assert c.decision == "kept" and c.form_held_back
     # The share of prompts that must agree, and how many are compared, are the test's two knobs.
     (none_needed,) = consolidate.check_items(
         store, learner, sha, trained_now=turn_ids, probe=probe, form_share=0.0, form_prompts=1, **lenient
     )
-    assert (none_needed.form_n, none_needed.decision, none_needed.form_held_back) == (1, "learned", False)
+    assert (none_needed.new_n, none_needed.decision, none_needed.form_held_back) == (1, "learned", False)
     (line,) = consolidate.apply_checks(store, [c])
     assert f"preference #{item.id} stays in the prompt" in line and "differ in opening" in line
     assert get_preference(store, item.id).status == "active"
@@ -311,9 +311,10 @@ def test_the_behaviour_test_keeps_an_item_whose_replies_would_change_without_it(
     (carried,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, min_effect=-1.0)
     assert carried.decision == "kept" and carried.form is None  # without a probe: the log-probs alone
     (back,) = consolidate.check_items(store, learner, sha, return_ratio=1.01, min_effect=-1.0, probe=probe)
-    assert (back.form, back.form_n, back.decision) == ("opening", 2, "active") and not back.form_held_back
+    assert (back.form, back.new_n, back.decision) == ("opening", 2, "active") and not back.form_held_back
     (line,) = consolidate.apply_checks(store, [back])
-    assert "back in the prompt" in line and f"agree in opening on {back.form_agree} of 2" in line
+    assert "back in the prompt" in line
+    assert f"agree in opening on {back.form_agree} of 1 recent prompts and {back.new_agree} of 2 new ones" in line
     assert get_preference(store, item.id).status == "active"
 
 
@@ -323,40 +324,44 @@ def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(
 ):
     """Where the replies with and without the item do the same on its aspect, it leaves the prompt."""
     item = add_preference(store, ITEM).item  # no lists: a one-line sum has none either way
-    turn_ids = [_served(engine, config, store, memory=True, text="Name three fruits.", placement="user")]
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
     probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
     sha = engine.identity.sha256
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     # Meet the log-prob criterion by construction (a fresh LoRA: gap = base_gap, of either sign).
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
-    assert (c.form, c.form_agree, c.form_n) == ("lists", 1, 1) and c.decision == "learned", c
+    assert (c.form, c.form_agree, c.form_n, c.new_agree, c.new_n) == ("lists", 1, 1, 1, 1), c
+    assert c.decision == "learned"
     (line,) = consolidate.apply_checks(store, [c])
-    assert "agree in lists on 1 of 1" in line and get_preference(store, item.id).status == "learned"
+    assert "agree in lists on 1 of 1 recent prompts and 1 of 1 new ones" in line
+    assert get_preference(store, item.id).status == "learned"
 
 
 @pytest.mark.slow
 def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf, tmp_path):
     """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
     add_preference(store, "Answer in at most five words.")
-    turn_ids = [_served(engine, config, store, memory=True, text="Name three fruits.", placement="user")]
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
     probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
     sha = engine.identity.sha256
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
-    assert (c.form, c.form_direction, c.form_n) == ("length", "shorter", 1), c
-    assert c.decision == ("learned" if c.form_agree == 1 else "kept")
-    with_item, without = c.form_words
-    assert (c.form_agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
+    assert (c.form, c.form_direction, c.form_n, c.new_n) == ("length", "shorter", 1, 1), c
+    assert c.decision == ("learned" if c.form_agree == c.new_agree == 1 else "kept")
+    for agree, (with_item, without) in ((c.form_agree, c.form_words), (c.new_agree, c.new_words)):
+        assert (agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
 
 
 def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
     held = consolidate.ItemCheck(
         item_id=3, status="active", n_turns=3, n_tokens=96, n_trained=8, gap=0.01, base_gap=0.2, decision="kept",
         form="length", form_agree=4, form_n=8, form_words=(22.0, 43.0), form_direction="shorter",
+        new_agree=7, new_n=8, new_words=(25.0, 30.0),
     )  # fmt: skip
     (line,) = consolidate.apply_checks(None, [held])
-    assert "#3 stays in the prompt: the adapter's replies without it are longer than with it on 4 of 8" in line
+    assert "#3 stays in the prompt: the adapter's replies without it are longer than with it on 4 of 8 of its" in line
+    assert "recent prompts and 1 of 8 new ones" in line and "22 / 43 and 25 / 30" in line
     symmetric = dataclasses.replace(held, form_direction=None)
     assert "differ in length on 4 of 8" in consolidate.apply_checks(None, [symmetric])[0]
