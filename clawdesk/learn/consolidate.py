@@ -36,8 +36,9 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   and in a conversation the weights were not trained on. Each set alone misjudged a measured case
   (docs/learning.md, "The behaviour test"): the recent turns are training turns, which the adapter
   answers better than new ones (`brief`: 6 of 8 within 40 words where the new prompts had 2, and
-  the held-out score fell to 0.50 once the item left); the general prompts rarely invite a list, so
-  on them a list ban agreed 8 of 8 after one version (`no-lists` left at 8, the score fell to 0.81). The log-prob
+  the held-out score fell to 0.50 once the item left); the general prompts rarely invite a list,
+  so on them a list ban agreed 8 of 8 after one version (`no-lists` left at 8, the score fell to
+  0.81). The log-prob
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
@@ -46,8 +47,8 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
 
 A learned item whose ``gap`` rose above ``return_ratio`` × ``base_gap`` (a later version lost it),
 or, on an aspect the behaviour test reads, whose replies without it agree on fewer than
-:data:`RETURN_FORM_SHARE` of either set's prompts (under 5 of 8: the hysteresis against 7 of 8 to leave), is
-active again, unless an item on a related topic was noted after it was learned: that one may
+:data:`RETURN_FORM_SHARE` of either set's prompts (under 5 of 8: the hysteresis against 7 of 8 to
+leave), is active again, unless an item on a related topic was noted after it was learned: that one may
 reverse it, so the old item is *held* out of the prompt
 (:func:`~clawdesk.store.prefs.newer_related`; the reverse-paragraphs scenario put both back).
 
@@ -55,8 +56,8 @@ Cost per version: 3 forward passes (teacher, adapter, base) over at most ``CHECK
 at most ``CHECK_TOKENS`` reply tokens per kept item, with no generation; on the demo model on CPU a
 few hundred milliseconds per item (measured: docs/learning.md, "Memory"); an item about to be retired
 adds two greedy generations of up to :data:`FORM_TOKENS` tokens per compared prompt (with and without
-the items; up to 16 prompts), and so does every learned item on such an aspect, at every version. The numbers of every
-check go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so
+the items; up to 16 prompts), and so does every learned item on such an aspect, at every version.
+The numbers of every check go into the version's ``validation`` (``adapters.validation`` and ``metadata.json``), so
 ``clawdesk adapters`` readers can see why an item was retired.
 """
 
@@ -83,7 +84,7 @@ CHECK_TOKENS = 32  # reply tokens per prompt
 LEARN_RATIO = 0.25  # learned: the adapter closed at least 3/4 of the gap the item made on the base
 RETURN_RATIO = 0.5  # back: a learned item's gap is over half of it again (hysteresis against noise)
 MIN_EFFECT = 0.02  # below it the base barely notices the item (length and follow-up preferences measured ≤ 0.014)
-FORM_PROMPTS = 8  # prompts the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
+FORM_PROMPTS = 8  # prompts per set the behaviour test compares (3 saw 3 of 3 agree where the held-out score was 0.62)
 FORM_SHARE = 0.85  # the share of them whose replies must agree, rounded up: 7 of 8
 RETURN_FORM_SHARE = 0.6  # a learned item is back when fewer agree than this share, rounded up: under 5 of 8
 FORM_TOKENS = 128  # the behaviour test reads whole replies (a 40-word reply ends by ~60 tokens)

@@ -5,12 +5,13 @@ paragraphs, an opening and a closing; none is a persona prompt, an anchor prompt
 the eval's neutral set) and :class:`FormProbe`, what the learned check
 (:func:`clawdesk.learn.consolidate.check_items`) compares the adapter's replies on.
 
-Why not the item's own recent turns: those are the turns the adapter was just trained on, and it
-answers them better than anything new. Measured on `brief` (docs/learning.md, "Memory"): 7 of 8 of
-the recent prompts' replies without the item kept within its 40 words where 11 of 16 held-out ones
-did, and an item retired on that evidence took the held-out score from 1.00 to 0.69. A prompt no
-version trained on asks what the item is for: that the weights carry the preference into
-conversations the memory never saw.
+Why besides the item's own recent turns: those are the turns the adapter was just trained on, and
+it answers them better than anything new. Measured on `brief` (docs/learning.md, "The behaviour
+test"): 7 of 8 of the recent prompts' replies without the item kept within its 40 words where 5 of
+these 8 did (11 of 16 held-out ones), and an item retired on that evidence took the held-out score
+from 1.00 to 0.69. A prompt no version trained on asks what the item is for: that the weights carry
+the preference into conversations the memory never saw. Why not these alone: they rarely invite a
+list, so a list ban agreed on them after one version (`no-lists` left at 8); the check needs both.
 """
 
 from __future__ import annotations

@@ -281,7 +281,8 @@ class Learner:
 
         Each reply is sampled (temperature 1) from the adapter in the sample's own prompt, without the
         preference items and the hint, so it is what the person would get once the items left the
-        prompt; its target is the teacher's log-probs of it (the base with the items and the hint).
+        prompt; its target is the teacher's log-probs of it (the base, or the adapter before the step with
+        ``train.teacher = "policy"``, with the items and the hint).
         The step learns it with the OPD advantage ``teacher − old`` (``part == "student"``), or with
         ``train.student_topk`` = K > 0 the teacher's K likeliest tokens at each position (the top-K KL).
         """
@@ -299,8 +300,8 @@ class Learner:
 
         Each becomes an :class:`Extra` learned in the sample's student prompt, its target the teacher's
         (the base's, or the adapter's: ``train.teacher``) log-probs of the reply given the sample's
-        teacher prompt (``topk`` > 0: its ``topk`` likeliest
-        tokens at each position of the reply, and their log-probs).
+        teacher prompt (``topk`` > 0: its ``topk`` likeliest tokens at each position of the reply, and
+        their log-probs).
         """
         if not samples:
             return []
@@ -455,10 +456,8 @@ class Learner:
         pairs = [(x.prompt_ids, x.reply_ids) for x in batch]
         if part == "student" and batch[0].target_ids is not None:  # the top-K KL: no old log-probs, no clip
             logp_at, mask = reply_logprobs(self.model, pairs, self.device, at=[x.target_ids for x in batch])
-            target = torch.zeros_like(logp_at.detach())  # (b, T, K)
-            for b, x in enumerate(batch):
-                target[b, logp_at.shape[1] - x.target_logp.shape[0] :] = x.target_logp.to(target.device)
-            loss, m = topk_kl(logp_at, target, mask)
+            target = aligned([x.target_logp for x in batch], mask.shape[1], torch.zeros_like(logp_at.detach()))
+            loss, m = topk_kl(logp_at, target, mask)  # target (b, T, K), right-aligned as logp_at
             (cfg.w_student * loss * (len(batch) / len(items))).backward()
             return m, len(batch), sum(x.n_tokens for x in batch)
         logp, mask = reply_logprobs(self.model, pairs, self.device)

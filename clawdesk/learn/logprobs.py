@@ -101,7 +101,8 @@ def _reply_states(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], d
 
 
 def aligned(rows: Sequence[Any], T: int, fill):
-    """Stack 1-D per-sample reply tensors right-aligned into ``(B, T)``, as :func:`reply_logprobs` lays them out."""
+    """Stack per-sample reply tensors ``(len(reply),)`` (or ``(len(reply), K)``) right-aligned into ``(B, T)``
+    (or ``(B, T, K)``), as :func:`reply_logprobs` lays them out."""
     out = fill.clone()  # (B, T)
     for b, row in enumerate(rows):
         if row is not None:
