@@ -173,8 +173,9 @@ def check_items(
         # What the adapter *writes* is asked of an item about to leave and of a learned one its log-probs still carry.
         if probe is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
             direction = length_direction(item.text) if kind == "length" else None
-            turns = item_turns(store, item.id, base_sha256, limit=form_prompts)
-            recent = [(t.served_ids, t.student_ids) for t in turns]
+            # Not bound to `turns`: that is the log-prob check's count, which the next item still needs.
+            recent_turns = item_turns(store, item.id, base_sha256, limit=form_prompts)
+            recent = [(t.served_ids, t.student_ids) for t in recent_turns]
             block = turn_memory_block(store, found[0].turn_id)  # as served on the turn that held the fewest items
             new = list(zip(probe.render(block), probe.student, strict=True))[:form_prompts]
             form = _behaviour(learner, probe, recent, new, kind, direction)

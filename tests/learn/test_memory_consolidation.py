@@ -339,6 +339,24 @@ def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(
 
 
 @pytest.mark.slow
+def test_the_behaviour_test_checks_every_item_when_several_are_kept(
+    learner, engine, config, store, demo_gguf, tmp_path
+):
+    """Two items on form aspects, both about to leave: the behaviour test runs for each, and the second
+    item's log-prob check still reads its own turns (the first item's test once overwrote their count)."""
+    add_preference(store, ITEM)
+    add_preference(store, "Answer in at most five words.")
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
+    probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
+    sha = engine.identity.sha256
+    (blind, _) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    # Both items sit in the one turn's block, so they share its gaps; a fresh LoRA meets the criterion.
+    lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
+    checks = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
+    assert sorted((c.form, c.n_turns, c.form_n, c.new_n) for c in checks) == [("length", 1, 1, 1), ("lists", 1, 1, 1)]
+
+
+@pytest.mark.slow
 def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf, tmp_path):
     """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
     add_preference(store, "Answer in at most five words.")
