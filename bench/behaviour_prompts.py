@@ -3,7 +3,7 @@
     python bench/behaviour_prompts.py runs/brief-bound2-s1 --version 3 --limit 40
 
 For every preference item of the run (``DIR/home/clawdesk.db``) on an aspect the behaviour test reads,
-the version's greedy replies (``consolidate.FORM_TOKENS`` tokens, on torch as the trainer writes them)
+the version's greedy replies (``consolidate.form_replies``: as the trainer's check writes them, on torch)
 with the item's memory block and without it, on
 
 - ``recent``: up to 8 of the item's own turns up to the last one the version trained on, fewest items
@@ -26,7 +26,7 @@ from pathlib import Path
 from clawdesk.config import TrainConfig
 from clawdesk.learn import reply_form
 from clawdesk.learn.base_model import load_base
-from clawdesk.learn.consolidate import FORM_PROMPTS, FORM_TOKENS
+from clawdesk.learn.consolidate import FORM_PROMPTS, form_replies
 from clawdesk.learn.form_probe import load_form_probe
 from clawdesk.learn.learner import Learner
 from clawdesk.store import Store
@@ -35,22 +35,14 @@ from clawdesk.store.prefs import list_preferences
 from clawdesk.store.turn_memory import item_turns, turn_memory_block
 
 
-def _row(name: str, learner: Learner, probe, pairs, kind: str, direction: str | None, limit: int | None) -> str:
-    prompts = [w for w, _ in pairs] + [wo for _, wo in pairs]
-    replies = probe.decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
-    served, own = replies[: len(pairs)], replies[len(pairs) :]
+def _row(name: str, served: list[str], own: list[str], kind: str, direction: str | None, limit: int | None) -> str:
     agree = reply_form.agreement(kind, served, own, direction)
-    words = [[len(reply_form.words(r)) for r in rs] for rs in (served, own)]
-    line = (
-        f"  {name:7s} agree {agree} of {len(pairs)}; words with / without {_mean(words[0]):.0f} / {_mean(words[1]):.0f}"
-    )
+    mean = f"{reply_form.mean_words(served):.0f} / {reply_form.mean_words(own):.0f}"
+    line = f"  {name:7s} agree {agree} of {len(served)}; words with / without {mean}"
     if limit is not None:
-        line += f"; without the item ≤ {limit} words on {sum(n <= limit for n in words[1])} of {len(pairs)}"
+        within = sum(len(reply_form.words(r)) <= limit for r in own)
+        line += f"; without the item ≤ {limit} words on {within} of {len(own)}"
     return line
-
-
-def _mean(xs: list[int]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f" #{item.id} ({kind}{', ' + direction if direction else ''}): {item.text}")
             recent = [(t.served_ids, t.student_ids) for t in turns]
             fresh = list(zip(probe.render(turn_memory_block(store, turns[0].turn_id)), probe.student, strict=True))
-            for name, pairs in (("recent", recent), ("probe", fresh)):
-                print(_row(name, learner, probe, pairs, kind, direction, args.limit))
+            replies = form_replies(learner, probe.decode, [recent, fresh])  # as the check writes them
+            for name, (served, own) in zip(("recent", "probe"), replies, strict=True):
+                print(_row(name, served, own, kind, direction, args.limit))
     finally:
         store.close()
     return 0

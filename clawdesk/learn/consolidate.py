@@ -64,7 +64,7 @@ The numbers of every check go into the version's ``validation`` (``adapters.vali
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -200,19 +200,30 @@ def check_items(
 def _behaviour(learner: Learner, probe: FormProbe, recent: list, new: list, kind: str, direction: str | None) -> dict:
     """The behaviour test's fields: the adapter's greedy replies to each (prompt with the items, without them)
     pair of ``recent`` (the item's own turns) and ``new`` (the probe's prompts), compared on ``kind``."""
-    fits = learner.config.token_budget - FORM_TOKENS
-    sets = [[(w, wo) for w, wo in pairs if len(w) <= fits] or pairs[:1] for pairs in (recent, new)]
-    prompts = [w for pairs in sets for w, _ in pairs] + [wo for pairs in sets for _, wo in pairs]
-    replies = probe.decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
-    half = len(prompts) // 2
     out: dict = {"form": kind, "form_direction": direction}
-    start = 0
-    for key, pairs in zip(("form", "new"), sets, strict=True):
-        served, own = replies[start : start + len(pairs)], replies[half + start : half + start + len(pairs)]
-        start += len(pairs)
+    for key, (served, own) in zip(("form", "new"), form_replies(learner, probe.decode, [recent, new]), strict=True):
         out[f"{key}_agree"] = reply_form.agreement(kind, served, own, direction)
-        out[f"{key}_n"] = len(pairs)
-        out[f"{key}_words"] = tuple(sum(len(reply_form.words(r)) for r in rs) / len(rs) for rs in (served, own))
+        out[f"{key}_n"] = len(served)
+        out[f"{key}_words"] = (reply_form.mean_words(served), reply_form.mean_words(own))
+    return out
+
+
+def form_replies(learner: Learner, decode, sets: Sequence[Sequence[tuple]]) -> list[tuple[list[str], list[str]]]:
+    """The adapter's greedy replies (up to :data:`FORM_TOKENS` tokens) to each set of (prompt with the items,
+    prompt without them) pairs, all in one generation call: per set ``(with, without)``. A pair whose prompt
+    leaves no room for a whole reply in ``train.token_budget`` is left out (a set keeps its first if none fits).
+    ``decode`` turns token ids into text."""
+    fits = learner.config.token_budget - FORM_TOKENS
+    sets = [[(w, wo) for w, wo in pairs if len(w) <= fits] or list(pairs[:1]) for pairs in sets]
+    flat = [pair for pairs in sets for pair in pairs]
+    prompts = [w for w, _ in flat] + [wo for _, wo in flat]
+    replies = decode(learner.sample(prompts, max_tokens=FORM_TOKENS, temperature=0.0, seed=0, adapter=True))
+    served, own = replies[: len(flat)], replies[len(flat) :]
+    out, start = [], 0
+    for pairs in sets:
+        end = start + len(pairs)
+        out.append((served[start:end], own[start:end]))
+        start = end
     return out
 
 

@@ -200,16 +200,12 @@ class Learner:
 
     def logprobs_each(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool = True):
         """No-grad reply log-probs, one CPU tensor ``(len(reply),)`` per pair, batched by the token budget."""
-        torch = self._torch
-        out: list[Any] = [None] * len(pairs)
-        self.model.eval()
-        ctx = contextlib.nullcontext() if adapter else self.model.disable_adapter()
-        with torch.no_grad(), ctx:
-            for group in micro_batches([len(p) + len(r) for p, r in pairs], self.config.token_budget):
-                logp, mask = reply_logprobs(self.model, [pairs[i] for i in group], self.device)  # (b, T)
-                for row, i in enumerate(group):
-                    out[i] = logp[row][mask[row]].cpu()
-        return out
+
+        def rows(group_pairs):
+            logp, mask = reply_logprobs(self.model, group_pairs, self.device)  # (b, T)
+            return [logp[b][mask[b]].cpu() for b in range(len(group_pairs))]
+
+        return self._no_grad_each(pairs, adapter, rows)
 
     @property
     def policy_teacher(self) -> bool:
@@ -219,14 +215,18 @@ class Learner:
     def topk_each(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], k: int, *, adapter: bool = True):
         """No-grad ``(logp, ids)`` of the ``k`` likeliest tokens at each reply position, ``(len(reply), k)`` CPU
         tensors per pair (:func:`~clawdesk.learn.logprobs.reply_topk`), batched by the token budget."""
+        return self._no_grad_each(pairs, adapter, lambda group: reply_topk(self.model, group, self.device, k))
+
+    def _no_grad_each(self, pairs, adapter: bool, rows: Callable[[list], list]) -> list[Any]:
+        """``rows(pairs of one micro-batch)`` (one result per pair) over ``pairs`` batched by the token budget,
+        without gradient, with the adapter on or off; the results in the order of ``pairs``."""
         out: list[Any] = [None] * len(pairs)
         self.model.eval()
         ctx = contextlib.nullcontext() if adapter else self.model.disable_adapter()
         with self._torch.no_grad(), ctx:
             for group in micro_batches([len(p) + len(r) for p, r in pairs], self.config.token_budget):
-                tops = reply_topk(self.model, [pairs[i] for i in group], self.device, k)
-                for i, top in zip(group, tops, strict=True):
-                    out[i] = top
+                for i, result in zip(group, rows([pairs[i] for i in group]), strict=True):
+                    out[i] = result
         return out
 
     def score(self, samples: Sequence[Sample]) -> tuple[list[Any], list[Any]]:

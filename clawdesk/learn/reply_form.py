@@ -35,6 +35,11 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def mean_words(replies: Sequence[str]) -> float:
+    """The replies' mean number of :func:`words` (0 for none)."""
+    return sum(len(words(r)) for r in replies) / len(replies) if replies else 0.0
+
+
 def has_list(text: str) -> bool:
     """Whether any line starts with a bullet or a number."""
     return _LIST_LINE.search(text) is not None
