@@ -149,6 +149,9 @@ def test_sampling_is_seeded_batch_independent_and_stops_at_the_end_token(tiny_gg
 
 
 def test_sample_with_the_adapter_writes_what_the_adapter_learned(tiny_gguf):
+    # The LoRA's A is random, and unseeded the result hung on the tests run before this one (alone it failed
+    # 4 of 6 times). Seeded: seeds 1-5 write the target after 15-20 steps; seed 0's draw oscillates at this lr.
+    torch.manual_seed(1)
     learner = _learner(tiny_gguf, lr=5e-2, epochs=1, w_opd=0.0)
     prompt = [5, 6, 7]
     target = [11, 12, 13, 14]
