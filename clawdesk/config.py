@@ -166,7 +166,7 @@ class TrainConfig:
     # On-policy distillation on the adapter's own replies: replies sampled per teacher-bearing sample
     # (a hint, or preference items in its served prompt) from the adapter in the student's prompt
     # (without the items and the hint), at temperature 1, each token's advantage log π_teacher − log
-    # π_old, PPO-clipped (learner.student_samples); 0 = off.
+    # π_old, PPO-clipped (extras.student_samples); 0 = off.
     student_samples: int = 0
     w_student: float = 1.0  # weight of that term against the combined loss
     # 0: that term is the sampled-token advantage above; K > 0: the forward KL from the teacher's K

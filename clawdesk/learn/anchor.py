@@ -3,7 +3,7 @@
 Owns the anchor prompt set (twelve general questions, none of them a persona prompt, a guard text
 or in the eval's neutral set, so neither the guard nor the eval's ``ppl_ratio`` measures the texts
 the anchor trains on). The replies are not stored: the learner samples the base's own replies to
-these prompts once per run (:meth:`clawdesk.learn.learner.Learner.anchor_replies`) and
+these prompts once per run (:func:`clawdesk.learn.extras.anchor_replies`) and
 :func:`clawdesk.learn.objective.anchor_kl` keeps the policy's KL to the base on them small, with
 weight ``train.anchor_coef``.
 """

@@ -8,10 +8,10 @@ batch can move the policy. With one pass the ratio is exactly 1 (the default is 
 
 :mod:`clawdesk.learn.trainer` drives it (scoring, writing and validating versions); the eval keeps
 one :class:`Learner` loaded for a whole run. The levers of docs/learning.md enter here: a step
-may also take context-distillation samples (:meth:`Learner.distill_samples`), the adapter's own
-replies for its teacher (:meth:`Learner.student_samples`) and anchor replies
-(:meth:`Learner.anchor_replies`), and with ``train.keep_optimizer`` the AdamW moments survive a
-restore and come from the parent version (:mod:`clawdesk.learn.optim_state`).
+may also learn the replies :mod:`clawdesk.learn.extras` samples through it (context
+distillation, the adapter's own replies for its teacher, anchor replies), and with
+``train.keep_optimizer`` the AdamW moments survive a restore and come from the parent version
+(:mod:`clawdesk.learn.optim_state`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import contextlib
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clawdesk.config import TrainConfig
 from clawdesk.errors import TrainError
+from clawdesk.learn.extras import Extra
 from clawdesk.learn.logprobs import aligned, micro_batches, reply_logprobs, reply_topk
 from clawdesk.learn.samples import Sample
 from clawdesk.learn.step_metrics import StepMetrics
@@ -54,26 +54,6 @@ class _Snapshot(list):
         super().__init__(tensors)
         self.weights = weights
         self.optimizer = optimizer
-
-
-@dataclass(frozen=True)
-class Extra:
-    """A reply the step learns besides the batch's: a sampled teacher reply, or an anchor reply of the base.
-
-    ``prompt_ids`` is the context the policy learns it in (without the hint), ``reply_ids`` the sampled
-    tokens, ``target_logp`` their log-probs under the teacher (distillation) or the base (anchor), ``(T,)``;
-    with ``target_ids`` (``train.student_topk``) the teacher's K likeliest tokens at each position,
-    ``(T, K)``, and ``target_logp`` their log-probs, ``(T, K)``.
-    """
-
-    prompt_ids: list[int]
-    reply_ids: list[int]
-    target_logp: Any
-    target_ids: Any = None
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.reply_ids)
 
 
 # -- the learner ---------------------------------------------------------------------------------
@@ -140,7 +120,7 @@ class Learner:
         self.optimizer_source = "fresh"
         if parent_dir is not None and config.keep_optimizer:
             self._load_optimizer(parent_dir)
-        self._anchor: tuple[tuple, list[Extra]] | None = None  # (its prompts and settings, its replies)
+        self.anchor_cache: tuple[tuple, list[Extra]] | None = None  # extras.anchor_replies: (its key, its replies)
         # Log-probs per (prompt, reply) under the LoRA weights ``_weights`` identifies (and, tagged _BASE,
         # with the adapter disabled: the guard's base side, scored once per learner). A step's
         # "after" is the next step's "before" (and, when a version is rejected and restored, the
@@ -262,79 +242,12 @@ class Learner:
                     out[i] = reply
         return out
 
-    def distill_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
-        """Context distillation: ``train.distill_samples`` replies per hinted sample from the teacher.
-
-        The teacher is the base (or the adapter, ``train.teacher``) with the hint in context (the sample's
-        teacher prompt); each reply is learned in the sample's own prompt, without the hint, with the
-        teacher's log-probs of it.
-        """
-        cfg = self.config
-        hinted = [s for s in samples if s.has_hint for _ in range(cfg.distill_samples)]
-        return self._teacher_scored(
-            hinted, [s.teacher_prompt_ids for s in hinted], temperature=cfg.distill_temperature, seed=seed,
-            adapter=self.policy_teacher, fits=lambda s, r: len(s.prompt_ids) + len(r) <= cfg.token_budget,
-        )  # fmt: skip
-
-    def student_samples(self, samples: Sequence[Sample], *, seed: int) -> list[Extra]:
-        """On-policy distillation: ``train.student_samples`` replies per teacher-bearing sample from the adapter.
-
-        Each reply is sampled (temperature 1) from the adapter in the sample's own prompt, without the
-        preference items and the hint, so it is what the person would get once the items left the
-        prompt; its target is the teacher's log-probs of it (the base, or the adapter before the step with
-        ``train.teacher = "policy"``, with the items and the hint).
-        The step learns it with the OPD advantage ``teacher − old`` (``part == "student"``), or with
-        ``train.student_topk`` = K > 0 the teacher's K likeliest tokens at each position (the top-K KL).
-        """
-        cfg = self.config
-        taught = [s for s in samples if s.has_hint for _ in range(cfg.student_samples)]
-        return self._teacher_scored(
-            taught, [s.prompt_ids for s in taught], temperature=1.0, seed=seed, adapter=True,
-            fits=lambda s, r: len(s.teacher_prompt_ids) + len(r) <= cfg.token_budget, topk=cfg.student_topk,
-        )  # fmt: skip
-
-    def _teacher_scored(
-        self, samples: Sequence[Sample], prompts, *, temperature, seed, adapter, fits, topk: int = 0
-    ) -> list[Extra]:
-        """One reply per sample, sampled for ``prompts[i]``, kept if non-empty and ``fits``, scored by its teacher.
-
-        Each becomes an :class:`Extra` learned in the sample's student prompt, its target the teacher's
-        (the base's, or the adapter's: ``train.teacher``) log-probs of the reply given the sample's
-        teacher prompt (``topk`` > 0: its ``topk`` likeliest tokens at each position of the reply, and
-        their log-probs).
-        """
-        if not samples:
-            return []
-        replies = self.sample(
-            prompts, max_tokens=self.config.distill_max_tokens, temperature=temperature, seed=seed, adapter=adapter
-        )
-        kept = [(s, r) for s, r in zip(samples, replies, strict=True) if r and fits(s, r)]
-        pairs = [(s.teacher_prompt_ids, r) for s, r in kept]
-        if topk:
-            top = self.topk_each(pairs, topk, adapter=self.policy_teacher)
-            return [Extra(list(s.prompt_ids), r, lp, ids) for (s, r), (lp, ids) in zip(kept, top, strict=True)]
-        teacher = self.logprobs_each(pairs, adapter=self.policy_teacher)
-        return [Extra(list(s.prompt_ids), r, t) for (s, r), t in zip(kept, teacher, strict=True)]
-
-    def anchor_replies(self, prompts: Sequence[Sequence[int]], *, seed: int) -> list[Extra]:
-        """The base's own replies to ``prompts`` (temperature 1: a sample of its distribution), with its log-probs.
-
-        Sampled once per learner for the same prompts: the base never changes, so neither do its replies.
-        """
-        key = (tuple(tuple(p) for p in prompts), self.config.anchor_max_tokens, seed)
-        if self._anchor is None or self._anchor[0] != key:
-            replies = self.sample(prompts, max_tokens=self.config.anchor_max_tokens, temperature=1.0, seed=seed)
-            pairs = [(list(p), r) for p, r in zip(prompts, replies, strict=True) if r]
-            ref = self._remembered(pairs, adapter=False)
-            self._anchor = (key, [Extra(p, r, lp) for (p, r), lp in zip(pairs, ref, strict=True)])
-        return self._anchor[1]
-
     def mean_logprob(self, samples: Sequence[Sample]) -> dict[str, Any]:
         """Token-weighted mean reply log-prob under the current adapter, and whether every value is finite.
 
         Replies already scored under the current weights are not scored again (see ``_memo``).
         """
-        each = self._remembered([(s.prompt_ids, s.reply_ids) for s in samples], adapter=True)
+        each = self.remembered([(s.prompt_ids, s.reply_ids) for s in samples], adapter=True)
         n = sum(int(x.numel()) for x in each)
         total = sum(float(x.double().sum()) for x in each)
         finite = all(bool(self._torch.isfinite(x).all()) for x in each)
@@ -346,11 +259,11 @@ class Learner:
         Remembered like :meth:`mean_logprob`; the base's values (``adapter=False``) for the learner's
         whole life, since the base never changes.
         """
-        each = self._remembered(pairs, adapter=adapter)
+        each = self.remembered(pairs, adapter=adapter)
         n = sum(int(x.numel()) for x in each)
         return -sum(float(x.double().sum()) for x in each) / n if n else 0.0
 
-    def _remembered(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool) -> list[Any]:
+    def remembered(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, adapter: bool) -> list[Any]:
         """:meth:`logprobs_each` of ``pairs`` through ``_memo``: only pairs not yet scored under these weights run."""
         tag = self._weights if adapter else _BASE
         memo = self._memo.setdefault(tag, {})
@@ -373,11 +286,12 @@ class Learner:
         samples (so a pass follows the mean over the batch), clips it and makes one AdamW step.
         The old log-probs are taken, detached, from the first pass's own forward (the policy
         before this update is exactly the one computing them) and kept for the later passes.
-        ``distill`` (:meth:`distill_samples`) adds ``train.w_distill`` × the mean distillation
-        loss, ``anchor`` (:meth:`anchor_replies`) ``train.anchor_coef`` × the mean anchor KL and
-        ``student`` (:meth:`student_samples`) ``train.w_student`` × the mean OPD loss on the adapter's own
-        replies, all to the same gradient. With ``train.advantage = "baseline"`` the binary term's reward is
-        centred on the batch's mean (:func:`clawdesk.learn.objective.centered_reward`).
+        ``distill`` (:func:`~clawdesk.learn.extras.distill_samples`) adds ``train.w_distill`` × the mean
+        distillation loss, ``anchor`` (:func:`~clawdesk.learn.extras.anchor_replies`) ``train.anchor_coef`` ×
+        the mean anchor KL and ``student`` (:func:`~clawdesk.learn.extras.student_samples`)
+        ``train.w_student`` × the mean OPD loss on the adapter's own replies, all to the same gradient.
+        With ``train.advantage = "baseline"`` the binary term's reward is centred on the batch's mean
+        (:func:`clawdesk.learn.objective.centered_reward`).
         """
         from clawdesk.learn.objective import centered_reward
 

@@ -40,10 +40,11 @@ from clawdesk.config import TrainConfig
 from clawdesk.errors import AdapterError, ClawDeskError, ConfigError, TrainError
 from clawdesk.learn import consolidate, optim_state, versions
 from clawdesk.learn.anchor import default_anchor_path, load_anchor_prompts
+from clawdesk.learn.extras import Extra, lever_samples
 from clawdesk.learn.form_probe import FormProbe, load_form_probe
 from clawdesk.learn.guard import GuardSet, default_guard_path, load_guard_set
 from clawdesk.learn.guard import check as guard_check
-from clawdesk.learn.learner import Extra, Learner, Stopped
+from clawdesk.learn.learner import Learner, Stopped
 from clawdesk.learn.pause import continue_if_parent_dies
 from clawdesk.learn.protocol import TrainerFailed, TrainerMessage, TrainerStarted, TrainProgress, encode
 from clawdesk.learn.samples import Sample, count_ready, heldout_replies, ready_samples
@@ -255,7 +256,9 @@ class _Run:
         self.progress("scoring", step, f"scoring {len(batch)} samples and {len(heldout)} held-out replies")
         before = learner.mean_logprob(heldout) if heldout else None
         ref, teacher = learner.score(batch)
-        extras = self.lever_samples(learner, batch, step)
+        extras = lever_samples(
+            learner, batch, anchor_prompts=self.anchor_prompts, progress=lambda msg: self.progress("scoring", step, msg)
+        )
         if self.stopped():
             raise Stopped
         snapshot = learner.snapshot()
@@ -342,22 +345,6 @@ class _Run:
         if self.form_probe is None and list_preferences(self.store, statuses=("active", "learned")):
             self.form_probe = load_form_probe(self.base_gguf, system_prompt=self.system_prompt)
         return self.form_probe
-
-    def lever_samples(self, learner: Learner, batch: list[Sample], step: int) -> dict[str, list[Extra]]:
-        """The step's context-distillation samples and anchor replies (empty lists for the levers that are off)."""
-        cfg, out = self.config, {"distill": [], "anchor": [], "student": []}
-        hinted = sum(s.has_hint for s in batch)
-        if cfg.distill_samples and cfg.w_distill > 0 and hinted:
-            self.progress("scoring", step, f"sampling {cfg.distill_samples}x{hinted} teacher replies to distil")
-            out["distill"] = learner.distill_samples(batch, seed=batch[0].turn_id)  # a new batch, new draws
-        if cfg.student_samples and cfg.w_student > 0 and hinted:
-            top = f", its top {cfg.student_topk} tokens at each position" if cfg.student_topk else ""
-            own = f"sampling {cfg.student_samples}x{hinted} of the adapter's own replies for its teacher{top}"
-            self.progress("scoring", step, own)
-            out["student"] = learner.student_samples(batch, seed=batch[0].turn_id + 1)
-        if self.anchor_prompts:
-            out["anchor"] = learner.anchor_replies(self.anchor_prompts, seed=0)  # sampled once per learner
-        return out
 
     def guarded_step(
         self, learner: Learner, batch: list[Sample], ref, teacher, step: int, snapshot,

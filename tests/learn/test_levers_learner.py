@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from clawdesk.config import TrainConfig
-from clawdesk.learn import optim_state, versions
+from clawdesk.learn import extras, optim_state, versions
 from clawdesk.learn.base_model import load_base
 from clawdesk.learn.learner import Learner
 from clawdesk.learn.samples import Sample
@@ -169,7 +169,7 @@ def test_sample_with_the_adapter_writes_what_the_adapter_learned(tiny_gguf):
 def test_distill_samples_are_teacher_replies_in_the_student_prompt(tiny_gguf):
     learner = _learner(tiny_gguf, distill_samples=2, distill_max_tokens=8)
     samples = [*_samples(2, seed=3, hint=True), *_samples(1, seed=4)]
-    extra = learner.distill_samples(samples, seed=11)
+    extra = extras.distill_samples(learner, samples, seed=11)
     assert len(extra) == 4  # 2 replies for each of the 2 hinted samples, none for the plain one
     for k, x in enumerate(extra):
         s = samples[k // 2]
@@ -187,7 +187,7 @@ def test_distill_samples_are_teacher_replies_in_the_student_prompt(tiny_gguf):
 
 def _reverse_kl(learner: Learner, samples: list[Sample], seed: int) -> float:
     """Mean over the adapter's own reply tokens of log π_adapter(student prompt) − log π_base(teacher prompt)."""
-    extra = learner.student_samples(samples, seed=seed)
+    extra = extras.student_samples(learner, samples, seed=seed)
     own = learner.logprobs_each([(x.prompt_ids, x.reply_ids) for x in extra])
     return float(sum((o - x.target_logp).sum() for o, x in zip(own, extra, strict=True))) / sum(
         len(x.reply_ids) for x in extra
@@ -197,7 +197,7 @@ def _reverse_kl(learner: Learner, samples: list[Sample], seed: int) -> float:
 def test_student_samples_are_the_adapters_own_replies_scored_by_the_teacher(tiny_gguf):
     learner = _learner(tiny_gguf, student_samples=2, distill_max_tokens=8)
     samples = [*_samples(2, seed=3, hint=True), *_samples(1, seed=4)]
-    extra = learner.student_samples(samples, seed=5)
+    extra = extras.student_samples(learner, samples, seed=5)
     assert len(extra) == 4  # 2 replies for each of the 2 samples with a teacher, none for the plain one
     own = learner.sample([s.prompt_ids for s in samples[:2] for _ in range(2)], max_tokens=8, temperature=1.0,
                          seed=5, adapter=True)  # fmt: skip
@@ -207,7 +207,7 @@ def test_student_samples_are_the_adapters_own_replies_scored_by_the_teacher(tiny
         assert x.prompt_ids == s.prompt_ids
         teacher = learner.logprobs_each([(s.teacher_prompt_ids, x.reply_ids)], adapter=False)[0]
         assert torch.equal(x.target_logp, teacher)
-    assert learner.student_samples(samples, seed=5)[0].reply_ids == extra[0].reply_ids  # seeded
+    assert extras.student_samples(learner, samples, seed=5)[0].reply_ids == extra[0].reply_ids  # seeded
 
 
 def test_student_term_is_zero_where_the_teacher_is_the_policy(tiny_gguf):
@@ -219,7 +219,7 @@ def test_student_term_is_zero_where_the_teacher_is_the_policy(tiny_gguf):
         learner = _learner(tiny_gguf, student_samples=n, distill_max_tokens=6)
         # A teacher prompt equal to the student's: the teacher is the base, which the fresh adapter is.
         taught = [dataclasses.replace(s, teacher_prompt_ids=s.prompt_ids) for s in samples]
-        student = learner.student_samples(taught, seed=1)
+        student = extras.student_samples(learner, taught, seed=1)
         assert len(student) == 3 * n
         captured: dict[str, torch.Tensor] = {}
         _capture_grads(learner, captured)
@@ -245,7 +245,7 @@ def _student_term_alone(learner: Learner, measure, steps: int = 12) -> tuple[flo
     plain = [dataclasses.replace(s, teacher_prompt_ids=None) for s in samples]  # the main term is 0: no reward, no hint
     before = measure(learner, samples, seed=100)
     for k in range(steps):
-        student = learner.student_samples(samples, seed=k)
+        student = extras.student_samples(learner, samples, seed=k)
         learner.step(plain, *learner.score(plain), stop=lambda: False, student=student)
     return before, measure(learner, samples, seed=100)
 
@@ -253,7 +253,7 @@ def _student_term_alone(learner: Learner, measure, steps: int = 12) -> tuple[flo
 def test_student_topk_samples_hold_the_teacher_s_likeliest_tokens_at_each_position(tiny_gguf):
     learner = _learner(tiny_gguf, student_samples=1, student_topk=5, distill_max_tokens=8)
     samples = _samples(2, seed=3, hint=True)
-    extra = learner.student_samples(samples, seed=5)
+    extra = extras.student_samples(learner, samples, seed=5)
     assert len(extra) == 2
     for s, x in zip(samples, extra, strict=True):
         T = len(x.reply_ids)
@@ -274,7 +274,7 @@ def test_student_topk_term_is_zero_where_the_teacher_is_the_policy(tiny_gguf):
         torch.manual_seed(0)
         learner = _learner(tiny_gguf, student_samples=n, student_topk=8, distill_max_tokens=6)
         taught = [dataclasses.replace(s, teacher_prompt_ids=s.prompt_ids) for s in samples]
-        student = learner.student_samples(taught, seed=1)
+        student = extras.student_samples(learner, taught, seed=1)
         captured: dict[str, torch.Tensor] = {}
         _capture_grads(learner, captured)
         metrics = learner.step(samples, *learner.score(samples), stop=lambda: False, student=student)
@@ -287,7 +287,7 @@ def test_student_topk_term_is_zero_where_the_teacher_is_the_policy(tiny_gguf):
 
 def _exact_kl(learner: Learner, samples: list[Sample], seed: int) -> float:
     """Mean over the adapter's own reply positions of KL(teacher ‖ adapter) over the whole vocabulary."""
-    extra = learner.student_samples(samples, seed=seed)
+    extra = extras.student_samples(learner, samples, seed=seed)
     total, n = 0.0, 0
     for s, x in zip(samples, extra, strict=True):
         ((t_lp, t_ids),) = learner.topk_each([(s.teacher_prompt_ids, x.reply_ids)], VOCAB, adapter=False)
@@ -349,8 +349,8 @@ def test_anchor_adds_no_gradient_while_the_policy_is_the_base(tiny_gguf):
     for coef in (0.0, 5.0):
         torch.manual_seed(0)  # the same fresh LoRA (random A, B = 0) both times
         learner = _learner(tiny_gguf, anchor_coef=coef, anchor_max_tokens=6)
-        anchor = learner.anchor_replies(prompts, seed=0)
-        assert anchor is learner.anchor_replies(prompts, seed=0)  # sampled once per learner
+        anchor = extras.anchor_replies(learner, prompts, seed=0)
+        assert anchor is extras.anchor_replies(learner, prompts, seed=0)  # sampled once per learner
         assert [x.prompt_ids for x in anchor] == prompts
         ref, teacher = learner.score(samples)
         captured: dict[str, torch.Tensor] = {}
