@@ -15,12 +15,22 @@ interactions to target.
 each preference item's learned check (decision; the behaviour test's agreeing prompts and mean words
 with / without the items, on the item's recent turns and, since stop 35, on new prompts) and the lever
 terms' step metrics (``student_adv_mean``, ...).
+
+    python bench/eval_table.py runs/sc-anl-self-ctl-s1 --topic 24
+
+``--topic N`` prints, per seed, how many of the last N served replies to a chat's first message share no
+content word with it (words of 3+ letters outside a short stop list, compared on their first 5 letters),
+with examples: a crude lexical check for replies that answer no question at all ("Your answer is too
+long."), which a persona's form check alone counts as satisfied. A reply can miss it and still answer
+(synonyms), so read the examples, not only the count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -122,6 +132,100 @@ def version_lines(run_dir: Path) -> list[str]:
     return lines
 
 
+STOP_WORDS = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "are",
+        "but",
+        "not",
+        "you",
+        "your",
+        "yours",
+        "what",
+        "which",
+        "with",
+        "that",
+        "this",
+        "these",
+        "those",
+        "about",
+        "from",
+        "have",
+        "has",
+        "does",
+        "did",
+        "should",
+        "would",
+        "could",
+        "when",
+        "where",
+        "there",
+        "their",
+        "they",
+        "them",
+        "then",
+        "were",
+        "been",
+        "will",
+        "make",
+        "like",
+        "just",
+        "only",
+        "also",
+        "very",
+        "much",
+        "many",
+        "most",
+        "other",
+        "know",
+        "explain",
+        "describe",
+        "write",
+        "tell",
+        "give",
+        "some",
+        "more",
+        "than",
+        "into",
+        "can",
+        "how",
+        "why",
+        "who",
+        "its",
+        "it's",
+        "any",
+        "all",
+        "one",
+        "get",
+        "use",
+    ]
+)
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words of 3+ letters outside ``STOP_WORDS``, cut to their first 5 letters (a crude stem)."""
+    return {w[:5] for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOP_WORDS}
+
+
+def off_topic(run_dir: Path, last: int) -> list[str]:
+    """Per seed: of the last ``last`` served replies to a chat's first message, those sharing no content word."""
+    homes = sorted(run_dir.glob("seed-*/home"), key=lambda p: int(p.parent.name.split("-")[1])) or [run_dir / "home"]
+    lines = []
+    for home in homes:
+        with sqlite3.connect(f"file:{home / 'clawdesk.db'}?mode=ro", uri=True) as db:
+            rows = db.execute(
+                "SELECT user_content, reply_content FROM turns t WHERE reply_content != '' AND seq = "
+                "(SELECT MIN(seq) FROM turns u WHERE u.session_id = t.session_id) ORDER BY id"
+            ).fetchall()[-last:]
+        off = [reply for user, reply in rows if not content_words(user) & content_words(reply)]
+        name = home.parent.name if home.parent != run_dir else run_dir.name
+        lines.append(f"{name}: {len(off)} of the last {len(rows)} replies share no content word with the question")
+        lines += [f"  {reply[:100]!r}" for reply in off[:3]]
+    return lines
+
+
 HEADER = (
     "| run | seeds | mean score at {at} | final (min–max) | to ≥ 0.8 | to target (phase 1) | sessions to effect "
     "| without memory "
@@ -134,7 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="+", type=Path, help="eval --out folders")
     ap.add_argument("--at", default="0,8,16,24,48", help="interactions to show the mean score at")
     ap.add_argument("--versions", action="store_true", help="per-version learned checks and lever metrics")
+    ap.add_argument("--topic", type=int, metavar="N", help="off-topic count of the last N served first replies")
     args = ap.parse_args(argv)
+    if args.topic:
+        for d in args.dirs:
+            print("\n".join(off_topic(d, args.topic)))
+        return 0
     if args.versions:
         for d in args.dirs:
             print("\n".join(version_lines(d)))

@@ -100,3 +100,28 @@ def test_versions_lists_each_seeds_learned_checks_and_lever_metrics(eval_table, 
         "  v10 ready: #1 active → learned, length 6 of 8 (words 20 / 33), new 8 of 8 (words 18 / 20)",
     ]
     assert lines[4] == "seed-1:" and len(lines) == 8
+
+
+def test_topic_counts_the_last_first_replies_that_share_no_content_word(eval_table, tmp_path):
+    import sqlite3
+
+    home = tmp_path / "run" / "home"
+    home.mkdir(parents=True)
+    turns = [  # (session, seq, user, reply): only each chat's first turn counts, and only the last 3 of them
+        (1, 1, "How do volcanoes form?", "Your answer is too long."),  # the oldest: cut by --topic 3
+        (2, 1, "What is quantum computing?", "Your answer is too long."),
+        (2, 2, "Thanks", "Happy to help."),  # a later turn of the chat: not a first message
+        (3, 1, "How do I make tea?", "Boil water and steep the leaves for three minutes."),  # 'tea' missing: off
+        (4, 1, "Why is the sky blue?", "Air scatters blue light more than red."),  # 'blue' shared
+        (5, 1, "Explain recursion.", ""),  # an empty reply is not counted
+    ]
+    with sqlite3.connect(home / "clawdesk.db") as db:
+        db.execute("CREATE TABLE turns (id INTEGER PRIMARY KEY, session_id INT, seq INT, user_content, reply_content)")
+        db.executemany("INSERT INTO turns (session_id, seq, user_content, reply_content) VALUES (?, ?, ?, ?)", turns)
+    lines = eval_table.off_topic(tmp_path / "run", 3)
+    assert lines == [
+        "run: 2 of the last 3 replies share no content word with the question",
+        "  'Your answer is too long.'",
+        "  'Boil water and steep the leaves for three minutes.'",
+    ]
+    assert eval_table.content_words("Why is the Sky blue, sky?") == {"sky", "blue"}
