@@ -132,76 +132,13 @@ def version_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-STOP_WORDS = frozenset(
-    [
-        "the",
-        "and",
-        "for",
-        "are",
-        "but",
-        "not",
-        "you",
-        "your",
-        "yours",
-        "what",
-        "which",
-        "with",
-        "that",
-        "this",
-        "these",
-        "those",
-        "about",
-        "from",
-        "have",
-        "has",
-        "does",
-        "did",
-        "should",
-        "would",
-        "could",
-        "when",
-        "where",
-        "there",
-        "their",
-        "they",
-        "them",
-        "then",
-        "were",
-        "been",
-        "will",
-        "make",
-        "like",
-        "just",
-        "only",
-        "also",
-        "very",
-        "much",
-        "many",
-        "most",
-        "other",
-        "know",
-        "explain",
-        "describe",
-        "write",
-        "tell",
-        "give",
-        "some",
-        "more",
-        "than",
-        "into",
-        "can",
-        "how",
-        "why",
-        "who",
-        "its",
-        "it's",
-        "any",
-        "all",
-        "one",
-        "get",
-        "use",
-    ]
+_STOP = (
+    "the and for are but not you your yours what which with that this these those about from have has "
+    "does did should would could when where there their they them then were been will make like just only "
+    "also very much many most other know explain describe write tell give some more than into can how why "
+    "who its it's any all one get use"
 )
+STOP_WORDS = frozenset(_STOP.split())  # words a question and any answer share
 
 
 def content_words(text: str) -> set[str]:
