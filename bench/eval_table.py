@@ -108,13 +108,18 @@ def row(run_dir: Path, at: list[float]) -> tuple[str, list[str]]:
     return "| " + " | ".join(cells) + " |", phases
 
 
+def _homes(run_dir: Path) -> list[tuple[str, Path]]:
+    """(name, data dir) of each seed of the run in seed order: ``seed-K/home``, or the run's own ``home``."""
+    seeds = sorted(run_dir.glob("seed-*/home"), key=lambda p: int(p.parent.name.split("-")[1]))
+    return [(home.parent.name, home) for home in seeds] or [(run_dir.name, run_dir / "home")]
+
+
 def version_lines(run_dir: Path) -> list[str]:
     """One line per adapter version of every seed of the run (``--versions``)."""
-    homes = sorted(run_dir.glob("seed-*/home"), key=lambda p: int(p.parent.name.split("-")[1])) or [run_dir / "home"]
     lines = []
-    for home in homes:
+    for name, home in _homes(run_dir):
         metas = [_load(p) for p in home.glob("adapters/v*/metadata.json")]
-        lines.append(f"{home.parent.name}:" if home.parent != run_dir else f"{run_dir.name}:")
+        lines.append(f"{name}:")
         for m in sorted(metas, key=lambda m: m["version"]):
             items = []
             for c in (m.get("validation") or {}).get("memory", []):
@@ -142,22 +147,24 @@ STOP_WORDS = frozenset(_STOP.split())  # words a question and any answer share
 
 
 def content_words(text: str) -> set[str]:
-    """Lower-cased words of 3+ letters outside ``STOP_WORDS``, cut to their first 5 letters (a crude stem)."""
+    """Lower-cased words of 3+ letters outside ``STOP_WORDS``, cut to their first 5 letters (a crude stem).
+
+    Not :func:`clawdesk.store.pref_topics.topic_words`, which compares two preferences: a question and its
+    answer differ in inflection ("computing" / "computer") and in question words ("why", "explain").
+    """
     return {w[:5] for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOP_WORDS}
 
 
 def off_topic(run_dir: Path, last: int) -> list[str]:
     """Per seed: of the last ``last`` served replies to a chat's first message, those sharing no content word."""
-    homes = sorted(run_dir.glob("seed-*/home"), key=lambda p: int(p.parent.name.split("-")[1])) or [run_dir / "home"]
     lines = []
-    for home in homes:
+    for name, home in _homes(run_dir):
         with sqlite3.connect(f"file:{home / 'clawdesk.db'}?mode=ro", uri=True) as db:
             rows = db.execute(
                 "SELECT user_content, reply_content FROM turns t WHERE reply_content != '' AND seq = "
                 "(SELECT MIN(seq) FROM turns u WHERE u.session_id = t.session_id) ORDER BY id"
             ).fetchall()[-last:]
         off = [reply for user, reply in rows if not content_words(user) & content_words(reply)]
-        name = home.parent.name if home.parent != run_dir else run_dir.name
         lines.append(f"{name}: {len(off)} of the last {len(rows)} replies share no content word with the question")
         lines += [f"  {reply[:100]!r}" for reply in off[:3]]
     return lines
