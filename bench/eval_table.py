@@ -21,18 +21,20 @@ terms' step metrics (``student_adv_mean``, ...).
 ``--topic N`` prints, per seed, how many of the last N served replies to a chat's first message share no
 content word with it (words of 3+ letters outside a short stop list, compared on their first 5 letters),
 with examples: a crude lexical check for replies that answer no question at all ("Your answer is too
-long."), which a persona's form check alone counts as satisfied. A reply can miss it and still answer
-(synonyms), so read the examples, not only the count.
+long."), which a persona's form check alone counted as satisfied until the eval's simulated user applied
+the same test (:mod:`clawdesk.eval.topic`, stop 37). A reply can miss it and still answer (synonyms), so
+read the examples, not only the count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sqlite3
 import sys
 from pathlib import Path
+
+from clawdesk.eval.topic import addresses
 
 
 def _load(path: Path) -> dict:
@@ -137,24 +139,6 @@ def version_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-_STOP = (
-    "the and for are but not you your yours what which with that this these those about from have has "
-    "does did should would could when where there their they them then were been will make like just only "
-    "also very much many most other know explain describe write tell give some more than into can how why "
-    "who its it's any all one get use"
-)
-STOP_WORDS = frozenset(_STOP.split())  # words a question and any answer share
-
-
-def content_words(text: str) -> set[str]:
-    """Lower-cased words of 3+ letters outside ``STOP_WORDS``, cut to their first 5 letters (a crude stem).
-
-    Not :func:`clawdesk.store.pref_topics.topic_words`, which compares two preferences: a question and its
-    answer differ in inflection ("computing" / "computer") and in question words ("why", "explain").
-    """
-    return {w[:5] for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOP_WORDS}
-
-
 def off_topic(run_dir: Path, last: int) -> list[str]:
     """Per seed: of the last ``last`` served replies to a chat's first message, those sharing no content word."""
     lines = []
@@ -164,7 +148,7 @@ def off_topic(run_dir: Path, last: int) -> list[str]:
                 "SELECT user_content, reply_content FROM turns t WHERE reply_content != '' AND seq = "
                 "(SELECT MIN(seq) FROM turns u WHERE u.session_id = t.session_id) ORDER BY id"
             ).fetchall()[-last:]
-        off = [reply for user, reply in rows if not content_words(user) & content_words(reply)]
+        off = [reply for user, reply in rows if not addresses(user, reply)]
         lines.append(f"{name}: {len(off)} of the last {len(rows)} replies share no content word with the question")
         lines += [f"  {reply[:100]!r}" for reply in off[:3]]
     return lines

@@ -17,9 +17,19 @@ eval's reply cap, a fresh cache each) four ways, and each reply is checked with 
 - ``user-pref-bullet``, ``user-pref-quoted``, ``user-pref-plain``: forms tried before it, after the
   user message under ``[user's standing preferences]``: quoted with a bullet, quoted, unquoted.
 
+- ``user-memory-requery``: ``user-memory``, then the user's message again under ``[question]``, so the
+  last words the model reads are the request, not the item (stop 37: does the model stop continuing
+  an item written as a complaint?).
+
+``--items complaint`` makes the items what the self judge keeps instead of the persona's hint: the
+user's own next message after a reply they disliked (the persona's ``unsatisfied`` messages, one
+item per prompt, cycled). A cell is the fraction of replies that address their request and pass the
+persona's checks (the eval's test, clawdesk.eval.topic), then how many answered nothing.
+
 Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
 
     python bench/memory_placement.py [--personas no-lists,hi-there] [--threads 1] [--max-tokens 80]
+        [--items hint|complaint] [--modes base,user-memory,...]
 """
 
 from __future__ import annotations
@@ -31,23 +41,23 @@ from types import SimpleNamespace
 
 ACK = "Understood. I will follow this in my replies."  # memory-turn's acknowledgement
 PREF = "\n\n[user's standing preferences]"  # the header of the forms tried before the one built
+REQUERY = "\n\n[question]\n"  # user-memory-requery: the request again after the items
 
 
 def main() -> None:
     from clawdesk.config import ChatConfig
     from clawdesk.engine import Engine
-    from clawdesk.engine.prompt import Exchange
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona
-    from clawdesk.judge.parse import enhanced_user_message
+    from clawdesk.eval.topic import addresses
     from clawdesk.models import DEMO_NAME, resolve_model
-    from clawdesk.preferences import MEMORY_HEADER, memory_block, place_memory, plain_item, quote_item, with_memory
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--personas", default="no-lists,hi-there")
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
     parser.add_argument("--modes", default="", help="a comma-separated subset of the modes (default: all)")
+    parser.add_argument("--items", choices=("hint", "complaint"), default="hint", help="what an item says (above)")
     args = parser.parse_args()
     engine = Engine.load(
         resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
@@ -57,7 +67,7 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     modes = (
         "base", "system-memory", "user-hint", "system+user-reminder", "user-memory", "user-prefix",
-        "memory-turn", "user-pref-bullet", "user-pref-quoted", "user-pref-plain",
+        "memory-turn", "user-pref-bullet", "user-pref-quoted", "user-pref-plain", "user-memory-requery",
     )  # fmt: skip
     modes = tuple(m for m in modes if m in args.modes.split(",")) if args.modes else modes
     print("| persona | " + " | ".join(modes) + " | s per mode |")
@@ -65,37 +75,52 @@ def main() -> None:
     try:
         for name in [n for n in args.personas.split(",") if n]:
             persona = load_persona(name)
-            block = "\n".join([MEMORY_HEADER, f"- {quote_item(persona.hint)}"])
-            reminder = f"\n\n(Remember my stated preference: {quote_item(persona.hint)})"
-            item = SimpleNamespace(text=persona.hint)  # the app's renderer reads an item's text only
-            user_block, _ = memory_block([item], lambda text: 0, 1, "user")
-            prompts = {
-                "base": (system, lambda u: u),
-                "system-memory": (with_memory(system, block), lambda u: u),
-                "user-hint": (system, lambda u, h=persona.hint: enhanced_user_message(u, h)),
-                "system+user-reminder": (with_memory(system, block), lambda u, r=reminder: u + r),
-                "user-memory": (system, lambda u, b=user_block: place_memory(system, u, b)[1]),
-                "user-prefix": (system, lambda u, b=user_block: f"{b.strip()}\n\n{u}"),
-                "memory-turn": (system, lambda u: u),
-                "user-pref-bullet": (system, lambda u, h=persona.hint: f"{u}{PREF}\n- {quote_item(h)}"),
-                "user-pref-quoted": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{quote_item(h)}"),
-                "user-pref-plain": (system, lambda u, h=persona.hint: f"{u}{PREF}\n{plain_item(h)}"),
-            }
+            texts = [persona.hint] if args.items == "hint" else list(persona.unsatisfied)
             cells, started = [], time.monotonic()
             for mode in modes:
-                sys_prompt, user = prompts[mode]
-                history = [Exchange(user=user_block.strip(), assistant=ACK)] if mode == "memory-turn" else []
-                ok = 0
-                for question in persona.heldout:
+                ok = off = 0
+                for k, question in enumerate(persona.heldout):
+                    text = texts[k % len(texts)]
+                    sys_prompt, history, user = _form(mode, system, question, text)
                     room = args.max_tokens
-                    built = engine.build_prompt(sys_prompt, history, user(question), thinking=False, reply_room=room)
+                    built = engine.build_prompt(sys_prompt, history, user, thinking=False, reply_room=room)
                     engine.reset_cache()  # each reply from a fresh cache: reproducible greedy replies
-                    ok += persona.satisfies(engine.generate(built.token_ids, params).content)
-                cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)})")
+                    reply = engine.generate(built.token_ids, params).content
+                    ok += persona.satisfies(reply, question)
+                    off += not addresses(question, reply)
+                cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)}), {off} off")
             seconds = (time.monotonic() - started) / len(modes)
             print(f"| `{name}` | " + " | ".join(cells) + f" | {seconds:.0f} |", flush=True)
     finally:
         engine.close()
+
+
+def _form(mode: str, system: str, question: str, text: str):
+    """(system prompt, history, user message) of ``mode`` for one held-out ``question`` and one item ``text``."""
+    from clawdesk.engine.prompt import Exchange
+    from clawdesk.judge.parse import enhanced_user_message
+    from clawdesk.preferences import MEMORY_HEADER, memory_block, place_memory, plain_item, quote_item, with_memory
+
+    block = "\n".join([MEMORY_HEADER, f"- {quote_item(text)}"])
+    reminder = f"\n\n(Remember my stated preference: {quote_item(text)})"
+    item = SimpleNamespace(text=text)  # the app's renderer reads an item's text only
+    user_block, _ = memory_block([item], lambda _: 0, 1, "user")
+    forms = {
+        "base": (system, question),
+        "system-memory": (with_memory(system, block), question),
+        "user-hint": (system, enhanced_user_message(question, text)),
+        "system+user-reminder": (with_memory(system, block), question + reminder),
+        "user-memory": (system, place_memory(system, question, user_block)[1]),
+        "user-prefix": (system, f"{user_block.strip()}\n\n{question}"),
+        "memory-turn": (system, question),
+        "user-pref-bullet": (system, f"{question}{PREF}\n- {quote_item(text)}"),
+        "user-pref-quoted": (system, f"{question}{PREF}\n{quote_item(text)}"),
+        "user-pref-plain": (system, f"{question}{PREF}\n{plain_item(text)}"),
+        "user-memory-requery": (system, place_memory(system, question, user_block)[1] + REQUERY + question),
+    }
+    history = [Exchange(user=user_block.strip(), assistant=ACK)] if mode == "memory-turn" else []
+    sys_prompt, user = forms[mode]
+    return sys_prompt, history, user
 
 
 if __name__ == "__main__":

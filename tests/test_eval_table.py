@@ -124,4 +124,3 @@ def test_topic_counts_the_last_first_replies_that_share_no_content_word(eval_tab
         "  'Your answer is too long.'",
         "  'Boil water and steep the leaves for three minutes.'",
     ]
-    assert eval_table.content_words("Why is the Sky blue, sky?") == {"sky", "blue"}

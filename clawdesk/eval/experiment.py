@@ -377,8 +377,9 @@ class Experiment:
     def _interact(self, service, store, phase: Phase, j: int, i: int, k: int) -> None:
         """Interaction ``i`` of the run (``k`` of phase ``j``)."""
         session = service.new_session(store)
-        result = service.run_turn(store, session.id, phase.prompt(k))
-        reaction = phase.react(result.reply.content, i)
+        request = phase.prompt(k)
+        result = service.run_turn(store, session.id, request)
+        reaction = phase.react(request, result.reply.content, i)
         # The user's next message is recorded as the next turn but gets no reply: a pre-set cancel
         # makes the app's own turn path record it without generating (the eval needs only the state).
         stopped = threading.Event()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawdesk.config import MemoryConfig
+from clawdesk.eval.topic import OFF_TOPIC_HINT
 from clawdesk.preferences import HintClassifier, block_for_turn, effective_placement
 from clawdesk.store import Store
 from clawdesk.store.prefs import list_preferences
@@ -48,8 +49,12 @@ def sessions_to_effect(satisfied: Sequence[bool], run: int = EFFECT_RUN) -> int 
 
 
 def oracle_classifier(hint: str, request: str, next_message: str) -> str:
-    """The oracle's hints are standing by construction: a persona's hint is how every reply should be."""
-    return "standing"
+    """The oracle's hints are standing by construction: a persona's hint is how every reply should be.
+
+    The one exception is the hint after a reply that answered nothing (:data:`~clawdesk.eval.topic.OFF_TOPIC_HINT`):
+    it corrects that reply, as "I meant Paris, France" does, so it is a one-off.
+    """
+    return "one-off" if hint == OFF_TOPIC_HINT else "standing"
 
 
 @dataclass

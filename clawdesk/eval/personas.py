@@ -6,7 +6,8 @@ A persona says what one simulated person wants, in terms a program can check::
     description = "..."
     prompts = ["..."]          # training requests, cycled
     heldout = ["..."]          # never trained on; scored
-    [[check]]                  # all must hold for a reply to satisfy the persona
+    [[check]]                  # all must hold for a reply to satisfy the persona, which must also
+                               # address its request (clawdesk.eval.topic)
     kind = "regex_absent"      # regex_absent | regex_present | max_words | min_words
     pattern = '...'            # regex kinds;   value = 60   for the word-count kinds
     [feedback]
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.errors import InputError
+from clawdesk.eval.topic import addresses
 
 CHECK_KINDS = ("regex_absent", "regex_present", "max_words", "min_words")
 _WORDS = re.compile(r"\S+")
@@ -66,8 +68,12 @@ class Persona:
     hint: str
     path: Path
 
-    def satisfies(self, reply: str) -> bool:
-        """Whether ``reply`` passes every check (an empty reply never does)."""
+    def satisfies(self, reply: str, request: str) -> bool:
+        """Whether ``reply`` to ``request`` addresses it and passes every check (an empty reply never does)."""
+        return self.holds(reply) and addresses(request, reply)
+
+    def holds(self, reply: str) -> bool:
+        """Whether ``reply`` passes every check, whatever it answers (an empty reply never does)."""
         return bool(reply.strip()) and all(c.holds(reply) for c in self.checks)
 
     def feedback(self, satisfied: bool, i: int) -> str:

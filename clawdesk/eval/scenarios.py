@@ -13,9 +13,10 @@ interactions it lasts::
     interactions = 48
 
 What a phase means for the simulated user (:class:`Phase`): its training prompts interleave the
-active personas' prompts; a reply satisfies it only when every active persona's checks hold;
-otherwise the user answers with the unsatisfied message and hint of the *first* persona whose
-check failed (one complaint at a time, as a person would make it). Its held-out set is the
+active personas' prompts; a reply satisfies it only when it addresses its request
+(:mod:`clawdesk.eval.topic`) and every active persona's checks hold; otherwise the user says the
+reply answered nothing, or answers with the unsatisfied message and hint of the *first* persona
+whose check failed (one complaint at a time, as a person would make it). Its held-out set is the
 active personas' held-out prompts, each reply judged by all active checks.
 
 A ``--persona`` run is a one-phase scenario (:meth:`Scenario.single`): one code path for both.
@@ -31,6 +32,7 @@ from typing import Any
 
 from clawdesk.errors import InputError
 from clawdesk.eval.personas import Persona, find_asset, load_persona, read_toml, shipped
+from clawdesk.eval.topic import OFF_TOPIC_HINT, addresses, off_topic_message
 
 TARGET = 0.8  # a phase reaches its target at a held-out score ≥ this ...
 GAIN = 0.3  # ... or ≥ its base score + this (a persona the model never shows may not reach 0.8 soon)
@@ -68,13 +70,17 @@ class Phase:
         return persona.prompts[(k // n) % len(persona.prompts)]
 
     def first_failing(self, reply: str) -> Persona | None:
-        return next((p for p in self.personas if not p.satisfies(reply)), None)
+        """The first active persona whose checks ``reply`` fails (None: every check holds)."""
+        return next((p for p in self.personas if not p.holds(reply)), None)
 
-    def satisfies(self, reply: str) -> bool:
-        return self.first_failing(reply) is None
+    def satisfies(self, reply: str, request: str) -> bool:
+        return addresses(request, reply) and self.first_failing(reply) is None
 
-    def react(self, reply: str, i: int) -> Reaction:
-        """The user's next message after ``reply`` (``i`` = interactions since the run started, cycles the pools)."""
+    def react(self, request: str, reply: str, i: int) -> Reaction:
+        """The user's next message after ``reply`` to ``request`` (``i`` = interactions since the run started,
+        cycles the pools). A reply that answers nothing is called out before any persona's check."""
+        if not addresses(request, reply):
+            return Reaction(False, off_topic_message(i), OFF_TOPIC_HINT)
         failing = self.first_failing(reply)
         if failing is None:
             return Reaction(True, self.personas[0].feedback(True, i), None)
@@ -97,7 +103,7 @@ class Phase:
         scores, at = {}, 0
         for p in self.personas:
             mine = replies[at : at + len(p.heldout)]
-            scores[p.name] = sum(p.satisfies(r) for r in mine) / len(mine)
+            scores[p.name] = sum(p.satisfies(r, q) for r, q in zip(mine, p.heldout, strict=True)) / len(mine)
             at += len(mine)
         return scores
 

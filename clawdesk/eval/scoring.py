@@ -35,7 +35,7 @@ class Target(Protocol):
     @property
     def hint(self) -> str: ...
 
-    def satisfies(self, reply: str) -> bool: ...
+    def satisfies(self, reply: str, request: str) -> bool: ...
 
 
 @dataclass
@@ -59,7 +59,8 @@ class Scorer:
 
     def score(self, *, hint: bool = False) -> float:
         self.last_replies = [self.reply(p, hint=hint) for p in self.persona.heldout]
-        return sum(self.persona.satisfies(r) for r in self.last_replies) / len(self.last_replies)
+        pairs = zip(self.last_replies, self.persona.heldout, strict=True)
+        return sum(self.persona.satisfies(r, q) for r, q in pairs) / len(self.last_replies)
 
 
 def neutral_pairs(engine: Engine, system_prompt: str) -> list[tuple[list[int], list[int]]]:

@@ -34,10 +34,13 @@ def write(tmp_path, text: str, name: str = "p.toml"):
 def test_a_valid_persona_loads_and_checks_replies(tmp_path):
     p = load_persona(write(tmp_path, GOOD))
     assert p.name == "no-lists" and len(p.prompts) == 2 and p.heldout == ("How do I boil an egg?",)
-    assert p.satisfies("Boil water, then steep the tea for three minutes.")
-    assert not p.satisfies("- boil water\n- steep")  # a list
-    assert not p.satisfies(" ".join(["word"] * 13))  # too long
-    assert not p.satisfies("   ")  # an empty reply never satisfies
+    egg = p.heldout[0]
+    assert p.satisfies("Boil water, then steep the tea for three minutes.", egg)
+    assert not p.satisfies("- boil water\n- steep", egg)  # a list
+    assert not p.holds(" ".join(["word"] * 13))  # too long
+    assert not p.holds("   ")  # an empty reply never satisfies
+    # Every check holds, but the reply shares no content word with the request: it answers nothing.
+    assert p.holds("Keep it short, please.") and not p.satisfies("Keep it short, please.", egg)
     assert p.feedback(True, 0) == "Thanks." and p.feedback(True, 3) == "Great."  # cycled
     assert p.feedback(False, 5) == "No lists please."
 

@@ -13,6 +13,7 @@ from clawdesk.errors import InputError
 from clawdesk.eval.personas import Check, Persona, load_persona
 from clawdesk.eval.report import aggregate_seeds
 from clawdesk.eval.scenarios import Phase, Scenario, load_scenario, retention, shipped_scenarios
+from clawdesk.eval.topic import OFF_TOPIC_HINT, off_topic_message
 
 
 def persona(name, checks, prompts=("a", "b", "c"), heldout=("h1", "h2")):
@@ -27,27 +28,42 @@ def persona(name, checks, prompts=("a", "b", "c"), heldout=("h1", "h2")):
 SHORT = persona("short", [Check("max_words", value=3)])
 NO_X = persona("no-x", [Check("regex_absent", pattern="x")], prompts=("a",))
 HELLO = persona("hello", [Check("regex_present", pattern="^Hello"), Check("min_words", value=2)])
+ANY = "?"  # a request with no content word: any reply addresses it, so only the checks decide
 
 
 def test_a_reply_satisfies_a_phase_only_when_every_active_check_holds():
     phase = Phase((SHORT, NO_X), 4)
-    assert phase.satisfies("fine and short")
-    assert not phase.satisfies("x marks it")  # short, but has an x
-    assert not phase.satisfies("far too long for this user")  # no x, but long
-    assert not phase.satisfies("  ")
+    assert phase.satisfies("fine and short", ANY)
+    assert not phase.satisfies("x marks it", ANY)  # short, but has an x
+    assert not phase.satisfies("far too long for this user", ANY)  # no x, but long
+    assert not phase.satisfies("  ", ANY)
 
 
 def test_the_user_answers_with_the_first_failing_personas_message_and_hint():
     phase = Phase((SHORT, NO_X, HELLO), 4)
-    r = phase.react("Hello there", 0)
+    r = phase.react(ANY, "Hello there", 0)
     assert (r.satisfied, r.message, r.hint) == (True, "short thanks", None)
-    assert phase.react("Hello there", 1).message == "short great"  # cycled by the run's interaction count
-    r = phase.react("Hello x", 1)  # short holds, no-x fails (hello holds too)
+    assert phase.react(ANY, "Hello there", 1).message == "short great"  # cycled by the run's interaction count
+    r = phase.react(ANY, "Hello x", 1)  # short holds, no-x fails (hello holds too)
     assert (r.satisfied, r.message, r.hint) == (False, "no-x nope", "no-x hint")
-    r = phase.react("way too long with an x in it", 0)  # short and no-x both fail: short is first
+    r = phase.react(ANY, "way too long with an x in it", 0)  # short and no-x both fail: short is first
     assert (r.satisfied, r.message, r.hint) == (False, "short no", "short hint")
-    r = phase.react("Hi", 0)  # only hello fails (both of its checks)
+    r = phase.react(ANY, "Hi", 0)  # only hello fails (both of its checks)
     assert (r.satisfied, r.hint) == (False, "hello hint")
+
+
+def test_a_reply_that_answers_nothing_is_called_out_before_any_check():
+    phase = Phase((SHORT, NO_X), 4)
+    request = "How do I brew green tea?"
+    assert phase.satisfies("Brew it cooler.", request)  # shares "brew": it answers, and both checks hold
+    r = phase.react(request, "Keep it short.", 2)  # both checks hold, but it shares no content word
+    assert (r.satisfied, r.message, r.hint) == (False, off_topic_message(2), OFF_TOPIC_HINT)
+    assert not phase.satisfies("Keep it short.", request)
+    r = phase.react(request, "Green, no x.", 0)  # answers, short holds, no-x fails: its complaint
+    assert (r.satisfied, r.message, r.hint) == (False, "no-x no", "no-x hint")
+    # Held-out scores pair each reply with its own prompt: an off-topic reply scores 0 for its persona.
+    short = persona("short", [Check("max_words", value=3)], heldout=("Why is ice slippery?", "Where do owls nest?"))
+    assert Phase((short,), 4).own_scores(["Ice melts.", "Ice melts."]) == {"short": 0.5}
 
 
 def test_training_prompts_interleave_the_active_personas_each_cycling_its_own():
@@ -60,9 +76,9 @@ def test_a_phase_held_out_set_is_its_personas_held_out_prompts_scored_by_all_che
     phase = Phase((SHORT, NO_X), 4)
     assert phase.heldout == ("short h1", "short h2", "no-x h1", "no-x h2")
     assert phase.hint == "short hint no-x hint"
-    replies = ["ok", "a long reply of many words", "x", "fine"]
+    replies = ["short: ok", "a long reply of many words", "x", "fine"]  # "short h1" asks about "short"
     assert phase.own_scores(replies) == {"short": 0.5, "no-x": 0.5}
-    assert [phase.satisfies(r) for r in replies] == [True, False, False, True]
+    assert [phase.satisfies(r, ANY) for r in replies] == [True, False, False, True]
     with pytest.raises(ValueError, match="3 replies for 4"):
         phase.own_scores(replies[:3])
 
@@ -71,7 +87,7 @@ def test_retention_is_the_own_score_of_earlier_personas_still_active_at_the_end(
     scenario = Scenario("s", "", (Phase((SHORT,), 4), Phase((NO_X, SHORT), 4)))
     assert scenario.starts() == [0, 4] and scenario.total == 8 and scenario.retained() == ["short"]
     # Last phase's held-out order: no-x's, then short's.
-    assert retention(scenario, ["x", "x", "ok", "a reply far too long"]) == {"short": 0.5}
+    assert retention(scenario, ["x", "x", "short ok", "a reply far too long"]) == {"short": 0.5}
     reversed_ = Scenario("r", "", (Phase((SHORT,), 4), Phase((NO_X,), 4)))
     assert reversed_.retained() == [] and retention(reversed_, ["ok", "ok"]) == {}
 
@@ -217,8 +233,8 @@ def test_shipped_scenarios_cover_added_reversed_and_stacked_preferences():
 def test_the_opposite_personas_disagree_on_every_reply():
     one, several = load_persona("one-paragraph"), load_persona("several-paragraphs")
     for reply in ["One block of text.", "First.\n\nSecond.", "A.\n\nB.\n\nC.", "A.\nB."]:
-        assert not (one.satisfies(reply) and several.satisfies(reply)), reply
-    assert several.satisfies("A.\n\nB.\n\nC.") and one.satisfies("A.\nB.")
+        assert not (one.holds(reply) and several.holds(reply)), reply
+    assert several.holds("A.\n\nB.\n\nC.") and one.holds("A.\nB.")
 
 
 def test_bad_scenario_options_get_a_clear_message(tmp_path, monkeypatch, capsys):
