@@ -161,6 +161,7 @@ def _classified(judge, case: dict[str, Any]) -> dict[str, Any]:
         "id": case["id"], "category": case["category"], "label": case["label"], "kind": found.kind,
         "margins": [round(m, 3) for m in found.margins],
         "praise_margin": None if found.praise_margin is None else round(found.praise_margin, 3),
+        "rule": found.rule,
     }  # fmt: skip
 
 

@@ -19,12 +19,18 @@ words. Praise when the mean of r beats the means of s and o, or comes within :da
 nats of the better; otherwise the sign of the mean margin s − o over the votes, ``"standing"`` or
 ``"one-off"``, or ``"unsure"`` when it is within :data:`UNSURE_MARGIN` nats of zero (the caller
 lets the user decide).
+
+One rule comes before the votes' answer: a hint that says the reply did not answer the question
+("That doesn't answer my question.", "Not what I asked.") is a one-off (:func:`misses_question`).
+The framings read such a complaint as a general wish, and kept as an item it sat after every later
+question, where the demo model wrote it back as its whole reply (stop 37, docs/learning.md).
 Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``, and on the shipped
 personas' feedback (held out) by ``bench/hint_kinds.py``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,6 +55,16 @@ UNSURE_MARGIN = 0.25
 # self-judged eval's first thanks item came from a margin of −0.01 ("Lovely, that reads really
 # naturally.", docs/learning.md); on the judge set no standing case is within 0.5 nats.
 PRAISE_SLACK = UNSURE_MARGIN
+# "The reply did not answer": does/did/has/have + not + answer/address (not "don't answer", which
+# states a wish: "Don't answer with lists"), "not what I asked", "nothing to do with my question",
+# "ignored my question". English only, like the aspect lexicon of store/pref_topics.py.
+_MISSED = re.compile(
+    r"\b(?:does|did|has|have)(?:n['’]?t|\s+not)\s+(?:really\s+|actually\s+|even\s+)?(?:answer|address)"
+    r"|\bnot what i (?:asked|meant|wanted)"
+    r"|\bnothing to do with (?:my|what i|the question)"
+    r"|\b(?:ignored|missed|dodged|skipped) (?:my|the) question",
+    re.IGNORECASE,
+)
 
 
 class _LogprobJudge(Protocol):
@@ -65,6 +81,7 @@ class HintClass:
     kind: HintKind
     margins: tuple[float, ...]
     praise_margin: float | None = None
+    rule: str = ""  # "missed-question" when :func:`misses_question` decided, not the votes
 
     @property
     def mean_margin(self) -> float:
@@ -103,7 +120,15 @@ def classify_hint_votes(
     margins = tuple(s - o for s, o in zip(found["standing"], found["one-off"], strict=True))
     mean = {label: sum(values) / votes for label, values in found.items()}
     praise_margin = mean["praise"] - max(mean["standing"], mean["one-off"])
-    return HintClass(decide(margins, praise_margin), margins, praise_margin)
+    kind = decide(margins, praise_margin)
+    if kind in ("standing", "unsure") and misses_question(hint_text):
+        return HintClass("one-off", margins, praise_margin, rule="missed-question")
+    return HintClass(kind, margins, praise_margin)
+
+
+def misses_question(hint_text: str) -> bool:
+    """Whether the hint says the reply did not answer the question: a correction of that reply, a one-off."""
+    return _MISSED.search(hint_text) is not None
 
 
 def decide(

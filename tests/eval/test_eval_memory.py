@@ -23,10 +23,12 @@ from clawdesk.store.prefs import add_preference
 
 MEMORY_KEYS = {"memory", "memory_items", "score_without_memory", "sessions_to_effect"}
 
+# Requests whose replies repeat one of their words: a reply that shares none is called out as answering
+# nothing before the check (clawdesk.eval.topic), and its hint is a one-off, not an item.
 NEVER = """
 name = "never-pleased"
 description = "Test persona: wants a word no reply ever has, so every reply gets the hint."
-prompts = ["Name three fruits.", "How do I make tea?", "List two colours.", "Name a planet."]
+prompts = ["How do I make tea?", "How do I boil an egg?", "How do I brew coffee?", "How do I toast bread?"]
 heldout = ["Name two planets."]
 [[check]]
 kind = "regex_present"
@@ -64,7 +66,7 @@ class _Target:
     heldout: tuple[str, ...] = ("Name two planets.",)
     hint: str = "Answer in prose."
 
-    def satisfies(self, reply: str) -> bool:
+    def satisfies(self, reply: str, request: str) -> bool:
         return bool(reply.strip())
 
 

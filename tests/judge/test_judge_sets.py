@@ -277,3 +277,31 @@ def test_eval_judge_set_reports_turns_tool_steps_and_standing_cases(tmp_path, de
     assert tools["by_category"]["status-error"]["accuracy"] == 1.0  # the rules
     assert [r["prompt_version"] for r in tools["cases"]] == ["tool-v1-channel", RULES_VERSION]
     assert report["standing"]["n_cases"] == 1 and len(report["standing"]["cases"][0]["margins"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("hint", "missed"),
+    [
+        ("That doesn't answer my question.", True),
+        ("You didn't answer what I asked.", True),
+        ("It does not really address the question.", True),
+        ("That's not what I asked. When does it open?", True),
+        ("This has nothing to do with my question.", True),
+        ("You ignored my question.", True),
+        ("Don't answer with lists.", False),  # a wish about every answer, not a complaint about this one
+        ("Always answer the question directly first, then explain.", False),
+        ("Keep answers short.", False),
+    ],
+)
+def test_misses_question_finds_complaints_that_the_reply_answered_nothing(hint, missed):
+    assert standing.misses_question(hint) is missed
+
+
+def test_a_complaint_that_the_reply_answered_nothing_is_a_one_off_whatever_the_votes_say(engine):
+    # The demo model's votes take this for a standing wish (margins 4.5, -0.6, 0.2 nats): kept as an item,
+    # it sat after every later question and came back as whole replies (docs/learning.md, stop 37).
+    request = "What's the best way to learn to code?"
+    found = standing.classify_hint_votes(engine, "You didn't answer what I asked.", request)
+    assert (found.kind, found.rule) == ("one-off", "missed-question") and sum(found.margins) > 0
+    wish = standing.classify_hint_votes(engine, "Don't answer with lists.", "What should I pack for a hike?")
+    assert wish.rule == "" and wish.kind == "standing"
