@@ -180,6 +180,9 @@ class TrainConfig:
     # assets/anchor-prompts.jsonl, replies sampled once per run); 0 = off.
     anchor_coef: float = 0.0
     anchor_max_tokens: int = 96  # length cap of a base reply the anchor samples
+    # n >= 2: no OPD advantage for reply tokens inside an n-token run that only the teacher's prompt
+    # has (the hint's words written back: learn/copy_mask.py); 0 = off.
+    opd_copy_ngram: int = 0
 
     def __post_init__(self) -> None:
         _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
@@ -197,6 +200,10 @@ class TrainConfig:
             f"train.distill_temperature must be in (0, 2], got {self.distill_temperature}",
         )
         _check(self.anchor_coef >= 0, f"train.anchor_coef must be >= 0, got {self.anchor_coef}")
+        _check(
+            self.opd_copy_ngram == 0 or 2 <= self.opd_copy_ngram <= 16,
+            f"train.opd_copy_ngram must be 0 (off) or in 2..16, got {self.opd_copy_ngram}",
+        )
         _check(
             isinstance(self.device, str) and TRAIN_DEVICE.fullmatch(self.device) is not None,
             f'train.device must be "auto", "cpu", "cuda" or "cuda:N" (N = the GPU\'s index), got {self.device!r}',

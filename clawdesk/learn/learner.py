@@ -352,6 +352,9 @@ class Learner:
         T = logp.shape[1]
         ref_t = aligned([ref[i] for i in group], T, torch.zeros_like(old_k))  # (b, T)
         teacher_t = aligned([teacher[i] for i in group], T, old_k)  # (b, T) teacher = old where no hint
+        if cfg.opd_copy_ngram:  # the hint's words written back get no OPD advantage (learn/copy_mask.py)
+            copied = [self._copied(s) for s in batch]
+            teacher_t = torch.where(aligned(copied, T, torch.zeros_like(old_k)) > 0, old_k, teacher_t)  # (b, T)
         reward = rewards[group].to(self.device)  # (b,)
         has_hint = torch.tensor([s.has_hint for s in batch], dtype=torch.bool, device=self.device)  # (b,)
         loss, m = combined_loss(
@@ -360,6 +363,15 @@ class Learner:
         )  # fmt: skip
         (loss * (len(batch) / len(samples))).backward()  # Σ over micro-batches = mean over the batch
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)
+
+    def _copied(self, s: Sample):
+        """(len(reply),) 1.0 where the reply copies words only the teacher's prompt has; None without a teacher."""
+        from clawdesk.learn.copy_mask import copied_positions
+
+        if not s.has_hint:
+            return None
+        flags = copied_positions(s.reply_ids, s.teacher_prompt_ids, s.prompt_ids, self.config.opd_copy_ngram)
+        return self._torch.tensor(flags, dtype=self._torch.float32)
 
     def _extra_step(self, part: str, items: Sequence[Extra], group: list[int], old, k: int):
         """Forward + backward of a distillation, anchor or student micro-batch; returns ``(metrics, n, seq_tokens)``."""

@@ -25,7 +25,7 @@ HINT = "Answer in at most three words."
 SHORT = (Check("max_words", value=3),)
 
 
-def persona(name="brief", heldout=("q1", "q2", "q3", "q4"), checks=SHORT, hint=HINT):
+def persona(name="brief", heldout=("qa", "qb", "qc", "qd"), checks=SHORT, hint=HINT):  # no content word: checks decide
     return Persona(
         name=name, description="", prompts=("p1", "p2"), heldout=tuple(heldout), checks=tuple(checks),
         satisfied=(f"{name}: thanks",), unsatisfied=(f"{name}: no",), hint=hint, path=Path(f"{name}.toml"),
@@ -62,10 +62,10 @@ class StandInEngine:
 
 
 def test_the_scorer_scores_with_the_adapter_and_the_hint_on_the_base_with_exact_fractions():
-    engine = StandInEngine(short_with_adapter={"q1", "q3", "q4"})
+    engine = StandInEngine(short_with_adapter={"qa", "qc", "qd"})
     scorer = Scorer(engine, persona(), "system", max_tokens=32)
     assert scorer.score() == 3 / 4
-    assert [(u, a) for u, a, _ in engine.calls] == [("q1", True), ("q2", True), ("q3", True), ("q4", True)]
+    assert [(u, a) for u, a, _ in engine.calls] == [("qa", True), ("qb", True), ("qc", True), ("qd", True)]
     assert scorer.last_replies == ["ok", "this reply is far too long", "ok", "ok"]
     engine.calls.clear()
     # With the hint: every prompt carries it and is served on the base weights (the teacher's ceiling).
@@ -73,20 +73,20 @@ def test_the_scorer_scores_with_the_adapter_and_the_hint_on_the_base_with_exact_
     assert all(HINT in u and not a for u, a, _ in engine.calls) and len(engine.calls) == 4
     assert all(t == 0.0 for _, _, t in engine.calls)  # greedy
     assert engine.resets == 8  # a fresh cache for every reply: a score depends on the weights only
-    engine.short_with_adapter = {"q2"}
+    engine.short_with_adapter = {"qb"}
     assert scorer.score() == 1 / 4
 
 
 def test_the_scorer_scores_a_phase_on_all_its_personas_held_out_prompts_and_checks():
     from clawdesk.eval.scenarios import Phase
 
-    no_long = persona("brief", heldout=("q1", "q2"))
-    no_ok = persona("no-ok", heldout=("q3", "q4"), checks=(Check("regex_absent", pattern="^ok$"),), hint="Say more.")
-    engine = StandInEngine(short_with_adapter={"q1", "q3"})
+    no_long = persona("brief", heldout=("qa", "qb"))
+    no_ok = persona("no-ok", heldout=("qc", "qd"), checks=(Check("regex_absent", pattern="^ok$"),), hint="Say more.")
+    engine = StandInEngine(short_with_adapter={"qa", "qc"})
     scorer = Scorer(engine, Phase((no_long, no_ok), 4), "system", max_tokens=32)
-    # q1 "ok": brief holds, no-ok fails; q2 long: brief fails; q3 "ok": no-ok fails; q4 long: brief fails.
+    # qa "ok": brief holds, no-ok fails; qb long: brief fails; qc "ok": no-ok fails; qd long: brief fails.
     assert scorer.score() == 0.0
-    assert [u for u, _, _ in engine.calls] == ["q1", "q2", "q3", "q4"]
+    assert [u for u, _, _ in engine.calls] == ["qa", "qb", "qc", "qd"]
     assert Phase((no_long, no_ok), 4).own_scores(scorer.last_replies) == {"brief": 0.5, "no-ok": 0.5}
     engine.calls.clear()
     scorer.score(hint=True)
