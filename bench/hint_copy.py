@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
 
 def main() -> None:
     from clawdesk.config import ChatConfig
-    from clawdesk.engine import Engine
     from clawdesk.engine.prompt import build_messages
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona
     from clawdesk.judge.parse import enhanced_user_message
-    from clawdesk.models import DEMO_NAME, resolve_model
+    from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--persona", default="brief")
@@ -40,10 +38,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
     args = parser.parse_args()
     persona = load_persona(args.persona)
-    engine = Engine.load(
-        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
-        n_threads=args.threads,
-    )  # fmt: skip
+    engine = demo_engine(args.threads)
     system = ChatConfig().system_prompt
 
     def prompt_ids(user: str) -> list[int]:

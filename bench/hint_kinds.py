@@ -19,26 +19,21 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 
 KINDS = ("standing", "unsure", "one-off", "praise")
 
 
 def main() -> None:
-    from clawdesk.engine import Engine
     from clawdesk.eval.personas import load_persona, shipped_personas
     from clawdesk.judge.standing import classify_hint_votes
-    from clawdesk.models import DEMO_NAME, resolve_model
+    from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
     parser.add_argument("--personas", default="", help="comma-separated names (default: every shipped persona)")
     args = parser.parse_args()
     names = [n for n in args.personas.split(",") if n] or [p.stem for p in shipped_personas()]
-    engine = Engine.load(
-        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
-        n_threads=args.threads,
-    )  # fmt: skip
+    engine = demo_engine(args.threads)
     totals = {"satisfied": Counter(), "unsatisfied": Counter()}
     header = " / ".join(KINDS)
     print(f"| persona | thanks → {header} | corrections → {header} |")

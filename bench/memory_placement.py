@@ -29,7 +29,10 @@ persona's checks (the eval's test, clawdesk.eval.topic), then how many answered 
 Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
 
     python bench/memory_placement.py [--personas no-lists,hi-there] [--threads 1] [--max-tokens 80]
-        [--items hint|complaint] [--modes base,user-memory,...]
+        [--items hint|complaint] [--modes base,user-memory,...] [--adapter RUN/home/adapters/vN/adapter.gguf]
+
+``--adapter`` serves a trained version instead of the base (stop 37: do the forms differ once the
+adapter has learned from the items?).
 """
 
 from __future__ import annotations
@@ -46,11 +49,10 @@ REQUERY = "\n\n[question]\n"  # user-memory-requery: the request again after the
 
 def main() -> None:
     from clawdesk.config import ChatConfig
-    from clawdesk.engine import Engine
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona
     from clawdesk.eval.topic import addresses
-    from clawdesk.models import DEMO_NAME, resolve_model
+    from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--personas", default="no-lists,hi-there")
@@ -58,11 +60,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
     parser.add_argument("--modes", default="", help="a comma-separated subset of the modes (default: all)")
     parser.add_argument("--items", choices=("hint", "complaint"), default="hint", help="what an item says (above)")
+    parser.add_argument("--adapter", default="", help="a GGUF LoRA to serve (RUN/home/adapters/vN/adapter.gguf)")
     args = parser.parse_args()
-    engine = Engine.load(
-        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
-        n_threads=args.threads,
-    )  # fmt: skip
+    engine = demo_engine(args.threads)
+    if args.adapter:
+        engine.load_adapter(Path(args.adapter), 0)
     system = ChatConfig().system_prompt
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     modes = (

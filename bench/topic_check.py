@@ -15,17 +15,15 @@ every flagged reply in full so a person can read whether each really answers not
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def main() -> None:
     from clawdesk.config import ChatConfig
-    from clawdesk.engine import Engine
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona, shipped_personas
     from clawdesk.eval.topic import addresses
     from clawdesk.judge.parse import enhanced_user_message
-    from clawdesk.models import DEMO_NAME, resolve_model
+    from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--personas", default="", help="comma-separated names (default: every shipped persona)")
@@ -34,10 +32,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
     args = parser.parse_args()
     names = [n for n in args.personas.split(",") if n] or [p.stem for p in shipped_personas()]
-    engine = Engine.load(
-        resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048,
-        n_threads=args.threads,
-    )  # fmt: skip
+    engine = demo_engine(args.threads)
     system = ChatConfig().system_prompt
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     flagged: list[tuple[str, str, str]] = []

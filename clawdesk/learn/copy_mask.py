@@ -9,6 +9,8 @@ toward echoing the user's feedback (with the self judge the hint is the user's m
 stop 36 saw as replies that answer nothing. ``train.opd_copy_ngram = n`` (0: off) gives no OPD
 advantage to reply tokens inside an n-token run that occurs in the teacher's prompt but nowhere in
 the student's, i.e. words that only the hint (and the preference items the teacher adds) brought.
+Measured on ``brief`` with the self judge, 3 seeds: the weights carried much less (0.48 mean
+without the memory, against 0.79), so it stays off.
 """
 
 from __future__ import annotations
