@@ -76,7 +76,8 @@ def test_a_phase_held_out_set_is_its_personas_held_out_prompts_scored_by_all_che
     phase = Phase((SHORT, NO_X), 4)
     assert phase.heldout == ("short h1", "short h2", "no-x h1", "no-x h2")
     assert phase.hint == "short hint no-x hint"
-    replies = ["short: ok", "a long reply of many words", "x", "fine"]  # "short h1" asks about "short"
+    # Each reply must share a content word with its prompt: "short h1" asks about "short", "no-x h2" about "2".
+    replies = ["short: ok", "a long reply of many words", "x", "fine, 2"]
     assert phase.own_scores(replies) == {"short": 0.5, "no-x": 0.5}
     assert [phase.satisfies(r, ANY) for r in replies] == [True, False, False, True]
     with pytest.raises(ValueError, match="3 replies for 4"):
