@@ -23,20 +23,20 @@ from pathlib import Path
 def main() -> None:
     from clawdesk.agent import AgentService
     from clawdesk.config import ChatConfig, Config, MemoryConfig, TrainConfig
-    from clawdesk.engine import Engine
     from clawdesk.eval.personas import load_persona, shipped_personas
     from clawdesk.learn import consolidate
     from clawdesk.learn.trainer import load_learner
-    from clawdesk.models import DEMO_NAME, bundled_demo_path, resolve_model
+    from clawdesk.models import bundled_demo_path
     from clawdesk.runtime import open_store
     from clawdesk.store.prefs import add_preference, clear_preferences
+    from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--personas", default="")
     args = parser.parse_args()
     names = [n for n in args.personas.split(",") if n] or [p.stem for p in shipped_personas()]
-    engine = Engine.load(resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="bench", n_ctx=2048)
+    engine = demo_engine()
     learner = load_learner(bundled_demo_path(), TrainConfig(device="cpu", load_in_4bit=False), None)
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(home=Path(tmp), chat=ChatConfig(temperature=0.0, max_reply_tokens=64))
