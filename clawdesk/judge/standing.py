@@ -24,6 +24,10 @@ One rule comes before the votes' answer: a hint that says the reply did not answ
 ("That doesn't answer my question.", "Not what I asked.") is a one-off (:func:`misses_question`).
 The framings read such a complaint as a general wish, and kept as an item it sat after every later
 question, where the demo model wrote it back as its whole reply (stop 37, docs/learning.md).
+A second: thanks that ask for nothing ("Good, no fluff. Thank you.") are praise
+(:func:`only_thanks`). The demo judge scored that message −1, took it for a length wish ("fluff"),
+and the votes kept it; as an item it replaced the person's real length wish and the model answered
+it ("Aw, aw, aw! Good, no fluff!", stop 38).
 Measured on ``assets/judge-set-standing.jsonl`` by ``clawdesk eval --judge-set``, and on the shipped
 personas' feedback (held out) by ``bench/hint_kinds.py``.
 """
@@ -39,6 +43,7 @@ from clawdesk.engine import Engine
 from clawdesk.errors import InputError, JudgeError
 from clawdesk.judge.channel import context, continuation, load_template
 from clawdesk.preferences import HintKind  # the memory's own list of kinds: one definition
+from clawdesk.store.pref_topics import without_quotes
 
 TEMPLATE = "standing_v2.txt"
 VERSION = "standing-v2-channel"
@@ -66,6 +71,22 @@ _MISSED = re.compile(
     re.IGNORECASE,
 )
 
+# Thanks: a word of gratitude outside quoted text ("sign them 'Cheers, Sam'" is a wish about the
+# reply's words), with a word of approval ("No lists, thanks." is a polite request; "Good, no fluff.
+# Thank you." says the reply had none). Asks: what turns thanks into a request ("Thanks, but next
+# time ...", "please", "don't", a question). English only.
+_APPROVES = re.compile(
+    r"\b(?:good|great|perfect|perfectly|exactly|love|loved|nice|lovely|awesome|excellent|brilliant|fantastic"
+    r"|wonderful|spot on|helpful|helped|worked|works|clear|that['’]?s all|just what|just right)\b",
+    re.IGNORECASE,
+)
+_THANKS = re.compile(r"\b(?:thank(?:s| you)?|thx|cheers|much appreciated|appreciate (?:it|that))\b", re.IGNORECASE)
+_ASKS = re.compile(
+    r"\?|\b(?:but|however|though|although|except|please|pls|next time|in (?:the )?future|from now on|going forward"
+    r"|always|never|don['’]?t|do not|could you|can you|would you|should|instead|rather|make sure|remember)\b",
+    re.IGNORECASE,
+)
+
 
 class _LogprobJudge(Protocol):
     """What of a :class:`~clawdesk.judge.runner.Judge` is used: its scorer that yields to the chat."""
@@ -81,7 +102,7 @@ class HintClass:
     kind: HintKind
     margins: tuple[float, ...]
     praise_margin: float | None = None
-    rule: str = ""  # "missed-question" when :func:`misses_question` decided, not the votes
+    rule: str = ""  # "missed-question" (:func:`misses_question`) or "thanks" (:func:`only_thanks`): a rule decided
 
     @property
     def mean_margin(self) -> float:
@@ -123,12 +144,20 @@ def classify_hint_votes(
     kind = decide(margins, praise_margin)
     if kind in ("standing", "unsure") and misses_question(hint_text):
         return HintClass("one-off", margins, praise_margin, rule="missed-question")
+    if kind in ("standing", "unsure") and only_thanks(hint_text):
+        return HintClass("praise", margins, praise_margin, rule="thanks")
     return HintClass(kind, margins, praise_margin)
 
 
 def misses_question(hint_text: str) -> bool:
     """Whether the hint says the reply did not answer the question: a correction of that reply, a one-off."""
     return _MISSED.search(hint_text) is not None
+
+
+def only_thanks(hint_text: str) -> bool:
+    """Whether the hint thanks and approves of the reply and asks for nothing: praise, whatever form words it has."""
+    plain = without_quotes(hint_text)
+    return all(p.search(plain) for p in (_THANKS, _APPROVES)) and _ASKS.search(plain) is None
 
 
 def decide(

@@ -85,9 +85,14 @@ _QUOTED = re.compile(
 )
 
 
+def without_quotes(text: str) -> str:
+    """``text`` lower-cased with its quoted spans blanked: what a wish is about, not the words it asks for."""
+    return _QUOTED.sub(" ", text.lower())
+
+
 def aspect_counts(text: str) -> dict[str, int]:
     """How many cue phrases of each aspect ``text`` has (quoted spans left out); aspects with none omitted."""
-    plain = _QUOTED.sub(" ", text.lower())
+    plain = without_quotes(text)
     counts = {name: sum(len(p.findall(plain)) for p in pats) for name, pats in _COMPILED.items()}
     return {name: n for name, n in counts.items() if n}
 
@@ -137,7 +142,7 @@ def length_direction(text: str) -> str | None:
     an item with those with it; for "at most 40 words" a reply without it that is *shorter* still does
     what the item asks, and only a longer one shows the item is not yet learned.
     """
-    plain = _QUOTED.sub(" ", text.lower())
+    plain = without_quotes(text)
     plain = re.sub(r"\bno longer than\b", "at most", plain)  # before _LONGER takes its "longer"
     longer = 0
     for pattern in _LONGER:

@@ -297,6 +297,36 @@ def test_misses_question_finds_complaints_that_the_reply_answered_nothing(hint, 
     assert standing.misses_question(hint) is missed
 
 
+@pytest.mark.parametrize(
+    ("hint", "thanks"),
+    [
+        ("Good, no fluff. Thank you.", True),  # a form word ("fluff"), but it says the reply had none
+        ("Nice and short, no rambling. Thank you!", True),
+        ("Cheers, that worked.", True),
+        ("No lists, thanks.", False),  # thanks without approval: a polite request
+        ("Thanks, but from now on skip the greeting.", False),
+        ("Great, thank you! Could you make the next one shorter?", False),
+        ("Perfect, thanks. Please always do it like that.", False),
+        ("Whenever you write emails for me, sign them 'Cheers, Sam'.", False),  # quoted words are the wish's object
+        ("Keep answers short.", False),
+    ],
+)
+def test_only_thanks_finds_praise_that_asks_for_nothing(hint, thanks):
+    assert standing.only_thanks(hint) is thanks
+
+
+def test_thanks_that_ask_for_nothing_are_praise_whatever_the_votes_say(engine):
+    # The self-judged brief eval kept this as a length wish (stop 38): it replaced the person's real
+    # length item and the demo model answered it ("Aw, aw, aw! Good, no fluff!").
+    request = "What is quantum computing?"
+    found = standing.classify_hint_votes(engine, "Good, no fluff. Thank you.", request)
+    # The votes alone say standing (margins 7.4, 4.8, 4.0 nats; praise 0.73 nats behind).
+    assert (found.kind, found.rule) == ("praise", "thanks")
+    assert standing.decide(found.margins, found.praise_margin) == "standing"
+    wish = standing.classify_hint_votes(engine, "Thanks, but from now on skip the greeting.", request)
+    assert wish.rule == ""
+
+
 def test_a_complaint_that_the_reply_answered_nothing_is_a_one_off_whatever_the_votes_say(engine):
     # The demo model's votes take this for a standing wish (margins 4.5, -0.6, 0.2 nats): kept as an item,
     # it sat after every later question and came back as whole replies (docs/learning.md, stop 37).
