@@ -138,8 +138,7 @@ class PreferenceNoted:
     """The judge kept a hint as a preference item (``item_id``), now in every new turn's prompt.
 
     ``kind`` is the classifier's answer ("standing", or "unsure": tell the person, who may undo it);
-    ``replaced`` are the ids of earlier items on the same topic that this one replaced; ``restated``: no
-    new item, the hint said again what a learned item asks, and that item is back in the prompt.
+    ``replaced`` are the ids of earlier items on the same topic that this one replaced.
     """
 
     item_id: int
@@ -147,7 +146,6 @@ class PreferenceNoted:
     source_turn_id: int | None
     kind: str
     replaced: tuple[int, ...] = ()
-    restated: bool = False
 
 
 LoopEvent = (

@@ -256,8 +256,7 @@ class LearningLoop:
         if ev.preference is not None:
             noted = ev.preference
             replaced = tuple(p.id for p in noted.replaced)
-            item = noted.item
-            self._emit(PreferenceNoted(item.id, item.text, item.source_turn_id, noted.kind, replaced, noted.restated))
+            self._emit(PreferenceNoted(noted.item.id, noted.item.text, noted.item.source_turn_id, noted.kind, replaced))
         if ev.kind == "judged":
             self.refresh()
             self._maybe_train()

@@ -77,24 +77,10 @@ class ChatActions:
         else:
             self.push_screen(PreferencesScreen(self.store))
 
-    def preference_noted(
-        self, item_id: int, text: str, kind: str, replaced: tuple[int, ...] = (), restated: bool = False
-    ) -> None:
-        """Tell the person a preference was noted (the learning loop's PreferenceNoted); F9 undoes it.
-
-        ``restated``: they said again what a learned item asks, and it is back in the prompt (nothing to undo:
-        F8 removes it)."""
-        quoted = text if len(text) <= 80 else text[:79] + "…"
-        if restated:
-            self.noted_preference = None
-            self.notify(
-                f"You asked for this again, so it is back in the prompt: “{quoted}” (#{item_id}; the adapter "
-                "had not kept it). F8 lists them.",
-                title="Preference",
-                timeout=10,
-            )
-            return
+    def preference_noted(self, item_id: int, text: str, kind: str, replaced: tuple[int, ...] = ()) -> None:
+        """Tell the person a preference was noted (the learning loop's PreferenceNoted); F9 undoes it."""
         self.noted_preference = item_id
+        quoted = text if len(text) <= 80 else text[:79] + "…"
         what = "Noted a preference" if kind == "standing" else "Noted as a preference (if it was only for that reply"
         what += "" if kind == "standing" else ", undo it)"
         also = f" It replaces #{', #'.join(map(str, replaced))}." if replaced else ""

@@ -76,7 +76,7 @@ class LearningView:
         elif isinstance(event, SwapFailed):
             notify(event.error, severity="error")
         elif isinstance(event, PreferenceNoted):
-            self.app.preference_noted(event.item_id, event.text, event.kind, event.replaced, event.restated)
+            self.app.preference_noted(event.item_id, event.text, event.kind, event.replaced)
         elif isinstance(event, JudgeStopped):
             notify(f"Background judging stopped: {event.error}", severity="error")
         self.publish()

@@ -6,16 +6,7 @@ Pure text, plus a real SQLite store for the replacement; the labelled sets are t
 
 from __future__ import annotations
 
-from clawdesk.eval.personas import load_persona
-from clawdesk.store.pref_topics import (
-    ASPECTS,
-    aspect,
-    aspect_counts,
-    length_direction,
-    restates,
-    same_topic,
-    same_words,
-)
+from clawdesk.store.pref_topics import ASPECTS, aspect, aspect_counts, length_direction, same_topic, same_words
 from clawdesk.store.prefs import active_preferences, add_preference, list_preferences
 from tests.support.bench import load_bench
 
@@ -106,12 +97,3 @@ def test_six_brevity_complaints_in_six_wordings_leave_one_item(store):
     assert [p.text for p in active_preferences(store)] == [lists.text, said[-1]]
     removed = [p for p in list_preferences(store) if p.status == "removed"]
     assert len(removed) == 5 and all(p.replaced_by is not None for p in removed)
-
-
-def test_a_length_wish_pointing_the_same_way_restates_another_and_nothing_else_does():
-    brief = load_persona("brief")
-    said = [*brief.unsatisfied, brief.hint]
-    assert all(restates(x, y) for x in said for y in said)
-    assert not restates("Give long, detailed answers.", brief.hint)  # a reversal replaces instead
-    assert not restates("Please don't use lists.", "No bullet points, plain sentences.")  # lists: no direction here
-    assert not restates("Keep it short.", "Please don't use lists.")

@@ -250,25 +250,6 @@ def test_standing_and_unsure_hints_become_items_one_offs_do_not(store):
     assert [p.text for p in active_preferences(store)] == ["Answer in French.", "Keep replies under 50 words."]
 
 
-def test_a_judge_noted_length_wish_that_says_the_same_again_keeps_the_item_and_its_words(store):
-    a, b, c, d, e = _chat(store, "one", "two", "three", "four", "five")
-    first = _note(store, Classifier("standing"), a, b, hint="I don't need an essay, keep it under 40 words.")
-    # Said again in other words while the item is in the prompt: nothing new, the wording stays.
-    assert _note(store, Classifier("standing"), b, c, hint="Cut it down to a couple of sentences at most.") is None
-    assert [(p.id, p.status) for p in list_preferences(store)] == [(first.item.id, "active")]
-    # Said again once the item was learned: the weights did not hold it, so it is back in the prompt.
-    mark_learned(store, first.item.id)
-    back = _note(store, Classifier("standing"), c, d, hint="Way too much detail. Just the short version, please.")
-    assert back.restated and back.item.id == first.item.id and back.item.status == "active"
-    assert back.item.text == first.item.text and back.replaced == ()
-    # The opposite wish on the same aspect is a change of mind: it replaces the item, as before.
-    changed = _note(store, Classifier("standing"), d, e, hint="Too brief. Give me more detail next time.")
-    assert changed.item.id != first.item.id and [p.id for p in changed.replaced] == [first.item.id]
-    # By hand the person's words always win (`clawdesk prefs add`): the rule is for what the judge notes.
-    mine = add_preference(store, "Keep replies under 30 words.")
-    assert mine.new and [p.id for p in mine.replaced] == [changed.item.id]
-
-
 class HintingJudge(Judge):
     """The real judge with its verdict fixed: every turn gets -1 and this hint (the model boundary)."""
 

@@ -51,24 +51,6 @@ async def test_a_noted_preference_is_told_and_f9_undoes_it_bringing_back_what_it
             view.close()
 
 
-async def test_a_learned_item_asked_for_again_is_told_as_back_in_the_prompt_with_nothing_to_undo(config, store, engine):
-    item = add_preference(store, "Keep answers under 40 words.").item
-    app = RecordingApp(config, ScriptedEngine(["Sure."]), store)
-    async with app.run_test(size=SIZE) as pilot:
-        loop = LearningLoop(config, config.db_path, engine, Judge(engine, JudgeConfig()), gate=ChatGate())
-        view = LearningView(app, loop)
-        try:
-            view.render(PreferenceNoted(item.id, item.text, None, "standing", (), restated=True))
-            await pilot.pause()
-            (toast,) = [m for m, _ in app.notes if "again" in m]
-            assert "back in the prompt" in toast and f"#{item.id}" in toast and "F9" not in toast
-            await pilot.press("f9")  # the item was not made now: undo must not delete it
-            await wait_until(pilot, lambda: any("No preference was just noted" in m for m, _ in app.notes), "the hint")
-            assert get_preference(store, item.id).status == "active"
-        finally:
-            view.close()
-
-
 async def test_f8_lists_items_and_edits_pins_removes_and_deletes_them(config, store):
     first = add_preference(store, "Answer in French.").item
     secret = add_preference(store, f"Never mention {SECRET}.").item
