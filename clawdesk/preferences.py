@@ -23,17 +23,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from clawdesk.store import Store
-from clawdesk.store.pref_topics import restates
-from clawdesk.store.prefs import (
-    Preference,
-    Replaces,
-    active_preferences,
-    add_preference,
-    list_preferences,
-    mark_learned,
-    same_topic,
-    turn_is_learnable,
-)
+from clawdesk.store.prefs import Preference, Replaces, active_preferences, add_preference, same_topic, turn_is_learnable
 
 HintKind = Literal["standing", "one-off", "praise", "unsure"]
 HINT_KINDS: tuple[str, ...] = ("standing", "one-off", "praise", "unsure")
@@ -48,13 +38,11 @@ class HintClassifier(Protocol):
 
 @dataclass(frozen=True)
 class Noted:
-    """A preference item was made from a hint (``kind``: "standing" or "unsure") and replaced ``replaced``;
-    or, with ``restated``, the hint said again what ``item`` asks (a learned item is back in the prompt)."""
+    """A preference item was made from a hint (``kind``: "standing" or "unsure") and replaced ``replaced``."""
 
     item: Preference
     kind: HintKind
     replaced: tuple[Preference, ...] = ()
-    restated: bool = False
 
 
 def note_hint(
@@ -67,17 +55,12 @@ def note_hint(
     request: str,
     next_message: str,
     replaces: Replaces = same_topic,
-    restatement: Replaces | None = restates,
 ) -> Noted | None:
     """Keep ``hint`` as a preference when ``classify`` says it is not a one-off; None when nothing was kept.
 
     ``request`` is the judged turn's user message, ``next_message`` the reply to it that the hint
     comes from (``source_turn_id``'s). Turns that may not be learned from (incognito, learning OFF,
     vetoed) are refused before the classifier runs, so no model time is spent on them.
-
-    A hint that ``restatement(hint, old)`` finds saying again what a kept item asks keeps that item
-    and its words (a learned one goes back into the prompt: the person had to say it again, so the
-    weights did not hold it): ``Noted(item, kind, restated=True)``, or None when it was already active.
     """
     if not all(turn_is_learnable(store, t) for t in (judged_turn_id, source_turn_id)):
         return None
@@ -86,12 +69,6 @@ def note_hint(
         raise ValueError(f"a hint classifier answered {kind!r}; expected one of {HINT_KINDS}")
     if kind in NOT_KEPT:
         return None
-    if restatement is not None:
-        for old in list_preferences(store, statuses=("active", "learned")):
-            if restatement(hint, old.text):
-                if old.status == "active":
-                    return None
-                return Noted(mark_learned(store, old.id, False), kind, restated=True)
     added = add_preference(store, hint, source_turn_id=source_turn_id, judged_turn_id=judged_turn_id, replaces=replaces)
     if added is None or not added.new:
         return None  # refused, or the same text is already kept: nothing new to tell the person

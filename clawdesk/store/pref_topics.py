@@ -199,21 +199,6 @@ def same_topic(new: str, old: str) -> bool:
     return same_words(new, old)
 
 
-def restates(new: str, old: str) -> bool:
-    """Whether ``new`` says again what ``old`` asks, in other words: a length wish pointing the same way.
-
-    Why: with the self judge an item is the person's own complaint, and each new complaint about length
-    ("Way too much detail.", "Cut it down to a couple of sentences at most.") replaced the last, so the
-    prompt's wording changed every few turns and no item stayed long enough to be trained on and retired
-    (eight items in 48 interactions of the self-judged `brief` eval, stop 38). Only length has a
-    direction here (:func:`length_direction`); other aspects cannot tell a restatement from a reversal.
-    """
-    if aspect(new) != "length" or aspect(old) != "length":
-        return False
-    direction = length_direction(new)
-    return direction is not None and direction == length_direction(old)
-
-
 def related_topic(new: str, old: str) -> bool:
     """Whether two items share at least two content words: looser than :func:`same_words`; this only
     keeps a learned item from coming back beside a newer one (:func:`clawdesk.store.prefs.newer_related`).
