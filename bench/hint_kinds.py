@@ -10,7 +10,8 @@ cases of ``assets/judge-set-standing.jsonl``.
 
 Each message is classified as the app does (:func:`clawdesk.judge.standing.classify_hint_votes`,
 bare demo engine, 3 votes), with the persona's i-th training prompt as the request. Prints a
-markdown row per persona and the totals; about 7 minutes on one thread.
+markdown row per persona and the totals, and how many messages a rule decided against the votes
+(``HintClass.rule``: ``missed-question``, ``thanks``); about 7 minutes on one thread.
 
     python bench/hint_kinds.py [--threads 1] [--personas no-lists,brief]
 """
@@ -35,6 +36,7 @@ def main() -> None:
     names = [n for n in args.personas.split(",") if n] or [p.stem for p in shipped_personas()]
     engine = demo_engine(args.threads)
     totals = {"satisfied": Counter(), "unsatisfied": Counter()}
+    ruled = {"satisfied": Counter(), "unsatisfied": Counter()}  # messages a rule decided, by rule
     header = " / ".join(KINDS)
     print(f"| persona | thanks → {header} | corrections → {header} |")
     print("| --- | --- | --- |")
@@ -46,7 +48,10 @@ def main() -> None:
                 found = Counter()
                 for i, message in enumerate(messages):
                     request = persona.prompts[i % len(persona.prompts)]
-                    found[classify_hint_votes(engine, message, request, message).kind] += 1
+                    decided = classify_hint_votes(engine, message, request, message)
+                    found[decided.kind] += 1
+                    if decided.rule:
+                        ruled[side][decided.rule] += 1
                 totals[side].update(found)
                 cells.append(" / ".join(str(found[k]) for k in KINDS))
             print(f"| `{name}` | {cells[0]} | {cells[1]} |", flush=True)
@@ -62,6 +67,9 @@ def main() -> None:
         f"corrections taken for praise: {corrections['praise']}/{n_corr}; "
         f"corrections kept (standing or unsure): {corrections['standing'] + corrections['unsure']}/{n_corr}"
     )
+    for side, label in (("satisfied", "thanks"), ("unsatisfied", "corrections")):
+        rules = ", ".join(f"{rule} {n}" for rule, n in sorted(ruled[side].items())) or "none"
+        print(f"{label} a rule decided against the votes (standing or unsure without it): {rules}")
 
 
 if __name__ == "__main__":
