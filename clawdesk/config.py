@@ -149,8 +149,9 @@ class TrainConfig:
     base_dtype: str = "auto"
     # The learning levers (docs/learning.md, "Levers"). Each default is today's behaviour: none of them
     # has a measured table behind it yet, and the defaults that shape learning come from one.
-    # The binary term's advantage: "reward" = r (today), "baseline" = r − the batch's mean r, so an
-    # all-+1 or all-−1 batch trains nothing through it (objective.centered_reward).
+    # The binary term's advantage: "reward" = r (today), "baseline" = r − the mean r of the batch's
+    # judged samples (reward ≠ 0; the others keep 0), so an all-+1 or all-−1 batch trains nothing
+    # through it (objective.centered_reward).
     advantage: str = "reward"
     # Whose log-probs, with the hint and the preference items in context, the OPD teacher gives:
     # "base" (the frozen base, as OpenClaw-RL does) or "policy" (the adapter as it was before the step,

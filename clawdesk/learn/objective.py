@@ -132,18 +132,26 @@ def combined_loss(
 
 
 def centered_reward(reward: torch.Tensor) -> torch.Tensor:
-    """The batch baseline: ``A_b = reward[b] − mean_b reward``, ``(B,)`` → ``(B,)``.
+    """The batch baseline over the judged samples, ``(B,)`` → ``(B,)``::
+
+        J      = {b : reward[b] ≠ 0}                       (samples the judge scored)
+        A_b    = reward[b] − mean_{j ∈ J} reward[j]        for b ∈ J
+        A_b    = 0                                         for b ∉ J
 
     With it a batch whose rewards are all equal (all +1 once a preference is met, all −1 before the
     policy ever does it) gives no binary-RL gradient at all: training toward its own samples (all
     +1) only sharpens the policy, and pushing every sample down (all −1) only moves mass away
     without saying where to. What is left to learn from such a batch is the hint's signal (OPD,
-    context distillation). An empty batch stays empty.
+    context distillation). A sample with reward 0 is in the batch for its hint or its preference
+    items alone (the judge said "unclear", or the ``opd`` method zeroed it): centring it would push
+    it down (or up) by the others' mean, a verdict nobody gave, so it stays at 0 and out of the mean.
+    An empty batch stays empty.
     """
     r = reward.detach()  # (B,)
-    if r.numel() == 0:
-        return r
-    return r - r.mean()  # (B,)
+    judged = r != 0  # (B,)
+    if not bool(judged.any()):
+        return r.new_zeros(r.shape)  # (B,)
+    return (r - r[judged].mean()).masked_fill(~judged, 0.0)  # (B,)
 
 
 def distill_loss(

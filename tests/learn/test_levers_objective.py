@@ -41,6 +41,17 @@ def test_centered_reward_is_reward_minus_the_batch_mean():
     assert centered_reward(torch.tensor([])).numel() == 0
 
 
+def test_the_baseline_leaves_unjudged_samples_at_zero_and_out_of_the_mean():
+    # Two +1, one −1 and two samples in the batch only for their hint or items (reward 0, "unclear").
+    got = centered_reward(torch.tensor([1.0, 0.0, 1.0, -1.0, 0.0]))
+    mean = 1.0 / 3.0  # over the three judged samples only: with the zeros in it would be 0.2
+    assert got.tolist() == pytest.approx([1.0 - mean, 0.0, 1.0 - mean, -1.0 - mean, 0.0])
+    assert centered_reward(torch.tensor([1.0, 1.0, 0.0])).tolist() == [0.0, 0.0, 0.0]  # the zero is not pushed down
+    assert centered_reward(torch.zeros(4)).tolist() == [0.0] * 4  # the opd method: nothing judged, nothing moves
+    stepwise = torch.tensor([1.6667, 0.3333, -1.0])  # tool steps' stepwise rewards count as judged
+    assert centered_reward(stepwise).tolist() == pytest.approx((stepwise - stepwise.mean()).tolist())
+
+
 @pytest.mark.parametrize("value", [1.0, -1.0, 1.6667])
 def test_a_uniform_batch_without_hints_gives_zero_gradient_through_the_binary_term(value):
     b = _binary_batch([value] * 4, [False] * 4)
