@@ -107,7 +107,7 @@ class JudgeConfig:
 
 
 STEP_REWARDS = ("stepwise", "outcome")
-ADVANTAGES = ("reward", "baseline")
+ADVANTAGES = ("reward", "baseline", "own_baseline")
 TEACHERS = ("base", "policy")
 BASE_DTYPES = ("auto", "float32", "bfloat16")
 TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
@@ -151,7 +151,8 @@ class TrainConfig:
     # has a measured table behind it yet, and the defaults that shape learning come from one.
     # The binary term's advantage: "reward" = r (today), "baseline" = r − the mean r of the batch's
     # judged samples (reward ≠ 0; the others keep 0), so an all-+1 or all-−1 batch trains nothing
-    # through it (objective.centered_reward).
+    # through it (objective.centered_reward); "own_baseline" = the same over the samples served
+    # without preference items only (one served with them is what the student, without them, is to learn).
     advantage: str = "reward"
     # Whose log-probs, with the hint and the preference items in context, the OPD teacher gives:
     # "base" (the frozen base, as OpenClaw-RL does) or "policy" (the adapter as it was before the step,
@@ -186,7 +187,10 @@ class TrainConfig:
     opd_copy_ngram: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.advantage in ADVANTAGES, f'train.advantage must be "reward" or "baseline", got {self.advantage!r}')
+        _check(
+            self.advantage in ADVANTAGES,
+            f'train.advantage must be "reward", "baseline" or "own_baseline", got {self.advantage!r}',
+        )
         _check(self.teacher in TEACHERS, f'train.teacher must be "base" or "policy", got {self.teacher!r}')
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")

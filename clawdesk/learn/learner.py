@@ -291,7 +291,8 @@ class Learner:
         the mean anchor KL and ``student`` (:func:`~clawdesk.learn.extras.student_samples`)
         ``train.w_student`` × the mean OPD loss on the adapter's own replies, all to the same gradient.
         With ``train.advantage = "baseline"`` the binary term's reward is centred on the batch's mean
-        (:func:`clawdesk.learn.objective.centered_reward`).
+        (:func:`clawdesk.learn.objective.centered_reward`), with ``"own_baseline"`` only over the samples
+        served without preference items.
         """
         from clawdesk.learn.objective import centered_reward
 
@@ -301,6 +302,8 @@ class Learner:
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # (N,)
         if cfg.advantage == "baseline":
             rewards = centered_reward(rewards)
+        elif cfg.advantage == "own_baseline":  # only where the reply is the student's own sample
+            rewards = centered_reward(rewards, torch.tensor([not s.memory for s in samples], dtype=torch.bool))
         distill = distill if cfg.w_distill > 0 else ()
         anchor = anchor if cfg.anchor_coef > 0 else ()
         student = student if cfg.w_student > 0 else ()

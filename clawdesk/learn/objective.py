@@ -131,12 +131,12 @@ def combined_loss(
     return loss, metrics
 
 
-def centered_reward(reward: torch.Tensor) -> torch.Tensor:
+def centered_reward(reward: torch.Tensor, centre: torch.Tensor | None = None) -> torch.Tensor:
     """The batch baseline over the judged samples, ``(B,)`` → ``(B,)``::
 
-        J      = {b : reward[b] ≠ 0}                       (samples the judge scored)
-        A_b    = reward[b] − mean_{j ∈ J} reward[j]        for b ∈ J
-        A_b    = 0                                         for b ∉ J
+        J      = {b : reward[b] ≠ 0 and centre[b]}           (samples the judge scored; centre: all by default)
+        A_b    = reward[b] − mean_{j ∈ J} reward[j]          for b ∈ J
+        A_b    = reward[b]                                   for b ∉ J
 
     With it a batch whose rewards are all equal (all +1 once a preference is met, all −1 before the
     policy ever does it) gives no binary-RL gradient at all: training toward its own samples (all
@@ -145,13 +145,22 @@ def centered_reward(reward: torch.Tensor) -> torch.Tensor:
     context distillation). A sample with reward 0 is in the batch for its hint or its preference
     items alone (the judge said "unclear", or the ``opd`` method zeroed it): centring it would push
     it down (or up) by the others' mean, a verdict nobody gave, so it stays at 0 and out of the mean.
-    An empty batch stays empty.
+
+    ``centre`` (``(B,)`` bool) picks the samples the baseline applies to; the others keep their reward
+    and stay out of the mean. ``advantage = "own_baseline"`` passes the samples served *without*
+    preference items: a +1 reply served with items is not the student's own sample (the student
+    learns without them), so training toward it is consolidation, not sharpening. An empty batch
+    stays empty.
     """
     r = reward.detach()  # (B,)
     judged = r != 0  # (B,)
+    if centre is not None:
+        judged = judged & centre  # (B,)
     if not bool(judged.any()):
-        return r.new_zeros(r.shape)  # (B,)
-    return (r - r[judged].mean()).masked_fill(~judged, 0.0)  # (B,)
+        return r.clone()  # (B,): nothing to centre
+    out = r.clone()  # (B,)
+    out[judged] = r[judged] - r[judged].mean()
+    return out  # (B,)
 
 
 def distill_loss(

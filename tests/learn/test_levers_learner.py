@@ -398,3 +398,24 @@ def test_default_config_writes_no_optimizer_file(tiny_gguf, tmp_path):
     cfg = dataclasses.replace(TrainConfig(batch_size=4, max_ppl_ratio=0), device="cpu", load_in_4bit=False)
     assert train(db, adapters, tiny_gguf, "tiny", SHA, cfg, steps=1) == [1]
     assert not (adapters / "v1" / optim_state.OPTIMIZER_FILE).exists()
+
+
+def _grads(gguf: Path, samples: list[Sample], **cfg) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)  # the same fresh LoRA every time
+    learner = _learner(gguf, **cfg)
+    captured: dict[str, torch.Tensor] = {}
+    _capture_grads(learner, captured)
+    _step(learner, samples)
+    return captured
+
+
+def test_own_baseline_centres_only_the_replies_served_without_items(tiny_gguf):
+    # All +1, no hints; samples 0 and 2 were served with preference items (the student learns them without).
+    samples = [dataclasses.replace(s, reward=1.0, memory=i % 2 == 0) for i, s in enumerate(_samples(4, seed=8))]
+    own = _grads(tiny_gguf, samples, advantage="own_baseline")
+    # The served-with-items replies keep their +1 (consolidation); the student's own +1 replies are centred to 0.
+    expected = [dataclasses.replace(s, reward=0.0) if not s.memory else s for s in samples]
+    _assert_same(own, _grads(tiny_gguf, expected, advantage="reward"))
+    assert any(float(g.abs().max()) > 0 for g in own.values())
+    # The plain baseline centres them all: an all-+1 batch without hints trains nothing.
+    assert all(float(g.abs().max()) == 0 for g in _grads(tiny_gguf, samples, advantage="baseline").values())

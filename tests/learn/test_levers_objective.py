@@ -52,6 +52,16 @@ def test_the_baseline_leaves_unjudged_samples_at_zero_and_out_of_the_mean():
     assert centered_reward(stepwise).tolist() == pytest.approx((stepwise - stepwise.mean()).tolist())
 
 
+def test_the_baseline_centres_only_the_samples_it_is_given_the_others_keep_their_reward():
+    reward = torch.tensor([1.0, 1.0, -1.0, 1.0, 0.0])
+    centre = torch.tensor([True, False, True, False, True])  # own_baseline: served without preference items
+    mean = 0.0  # over samples 0 and 2 (sample 4 is unjudged)
+    assert centered_reward(reward, centre).tolist() == [1.0 - mean, 1.0, -1.0 - mean, 1.0, 0.0]
+    assert centered_reward(torch.tensor([1.0, 1.0]), torch.tensor([True, False])).tolist() == [0.0, 1.0]
+    assert centered_reward(reward, torch.zeros(5, dtype=torch.bool)).tolist() == reward.tolist()  # none: unchanged
+    assert centered_reward(reward, torch.ones(5, dtype=torch.bool)).tolist() == centered_reward(reward).tolist()
+
+
 @pytest.mark.parametrize("value", [1.0, -1.0, 1.6667])
 def test_a_uniform_batch_without_hints_gives_zero_gradient_through_the_binary_term(value):
     b = _binary_batch([value] * 4, [False] * 4)
