@@ -147,8 +147,8 @@ class TrainConfig:
     # Weight dtype of the base on a CPU (and of what 4-bit leaves unquantized): "auto" = fp32 while the
     # fp32 weights fit in half the available RAM (exact, and the small demo model always does), else bf16.
     base_dtype: str = "auto"
-    # The learning levers (docs/learning.md, "Levers"). Each default is today's behaviour: none of them
-    # has a measured table behind it yet, and the defaults that shape learning come from one.
+    # The learning levers (docs/learning.md, "Levers"). Each default is today's behaviour: no lever has yet
+    # a measured table that favours it on every persona (the defaults that shape learning come from one).
     # The binary term's advantage: "reward" = r (today), "baseline" = r − the mean r of the batch's
     # judged samples (reward ≠ 0; the others keep 0), so an all-+1 or all-−1 batch trains nothing
     # through it (objective.centered_reward); "own_baseline" = the same over the samples served
