@@ -156,10 +156,9 @@ def centered_reward(reward: torch.Tensor, centre: torch.Tensor | None = None) ->
     judged = r != 0  # (B,)
     if centre is not None:
         judged = judged & centre  # (B,)
-    if not bool(judged.any()):
-        return r.clone()  # (B,): nothing to centre
     out = r.clone()  # (B,)
-    out[judged] = r[judged] - r[judged].mean()
+    if bool(judged.any()):  # else nothing to centre
+        out[judged] = r[judged] - r[judged].mean()
     return out  # (B,)
 
 
