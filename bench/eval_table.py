@@ -12,9 +12,10 @@ interactions to target.
     python bench/eval_table.py runs/brief-stu2-s0 --versions
 
 ``--versions`` prints, per seed, one line per adapter version from its metadata.json instead: its status,
-each preference item's learned check (decision; the behaviour test's agreeing prompts and mean words
-with / without the items, on the item's recent turns and, since stop 35, on new prompts) and the lever
-terms' step metrics (``student_adv_mean``, ...).
+the general-ability guard's perplexity ratio (and each ratio its retries tried), each preference item's
+learned check (decision; the behaviour test's agreeing prompts and mean words with / without the items,
+on the item's recent turns and, since stop 35, on new prompts) and the lever terms' step metrics
+(``student_adv_mean``, ...).
 
     python bench/eval_table.py runs/sc-anl-self-ctl-s1 --topic 24
 
@@ -116,6 +117,16 @@ def _homes(run_dir: Path) -> list[tuple[str, Path]]:
     return [(home.parent.name, home) for home in seeds] or [(run_dir.name, run_dir / "home")]
 
 
+def _guard(meta: dict) -> str:
+    """The general-ability guard's perplexity ratio of a version, and every ratio it tried (retries)."""
+    guard = (meta.get("validation") or {}).get("guard") or {}
+    if "ppl_ratio" not in guard:
+        return ""
+    tried = guard.get("tried") or []
+    retries = f" (tried {', '.join(f'{t:.3f}' for t in tried)})" if len(tried) > 1 else ""
+    return f", ppl {guard['ppl_ratio']:.3f}{retries}"
+
+
 def version_lines(run_dir: Path) -> list[str]:
     """One line per adapter version of every seed of the run (``--versions``)."""
     lines = []
@@ -135,7 +146,8 @@ def version_lines(run_dir: Path) -> list[str]:
                 items.append(f"#{c['item_id']} {c['status']} → {c['decision']}{form}")
             levers = {k: v for k, v in (m.get("metrics") or {}).items() if k.startswith(("student_", "distill_"))}
             lever = "; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(levers.items())) if levers else ""
-            lines.append(f"  v{m['version']} {m['status']}: " + ("; ".join(items) or "no items checked") + lever)
+            head = f"  v{m['version']} {m['status']}{_guard(m)}: "
+            lines.append(head + ("; ".join(items) or "no items checked") + lever)
     return lines
 
 

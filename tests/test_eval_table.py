@@ -75,10 +75,11 @@ def test_the_cli_prints_phase_lines_for_a_scenario_and_the_self_judges_agreement
     assert "retention: a 1.0" in done.stdout
 
 
-def _version(home: Path, version: int, status: str, memory: list, metrics: dict) -> None:
+def _version(home: Path, version: int, status: str, memory: list, metrics: dict, guard: dict | None = None) -> None:
     folder = home / "adapters" / f"v{version}"
     folder.mkdir(parents=True)
-    meta = {"version": version, "status": status, "validation": {"memory": memory}, "metrics": metrics}
+    validation = {"memory": memory} | ({"guard": guard} if guard else {})
+    meta = {"version": version, "status": status, "validation": validation, "metrics": metrics}
     (folder / "metadata.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
@@ -123,4 +124,17 @@ def test_topic_counts_the_last_first_replies_that_share_no_content_word(eval_tab
         "run: 2 of the last 3 replies share no content word with the question",
         "  'Your answer is too long.'",
         "  'Boil water and steep the leaves for three minutes.'",
+    ]
+
+
+def test_versions_prints_the_guards_ratio_and_each_retrys(eval_table, tmp_path):
+    home = tmp_path / "run" / "home"
+    _version(home, 1, "ready", [], {}, {"ppl_ratio": 1.0221, "tried": [1.0507, 1.0221]})
+    _version(home, 2, "ready", [], {}, {"ppl_ratio": 0.9964, "tried": [0.9964]})
+    _version(home, 3, "rejected", [], {}, {"ppl_ratio": 1.0702, "tried": [1.1451, 1.0981, 1.0702]})
+    assert eval_table.version_lines(tmp_path / "run") == [
+        "run:",
+        "  v1 ready, ppl 1.022 (tried 1.051, 1.022): no items checked",
+        "  v2 ready, ppl 0.996: no items checked",
+        "  v3 rejected, ppl 1.070 (tried 1.145, 1.098, 1.070): no items checked",
     ]
