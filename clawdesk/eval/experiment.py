@@ -28,7 +28,8 @@ independent of timing. Everything lives in a fresh data dir under the output dir
 
 Methods: ``combined`` (the app), ``binary`` (w_opd = 0), ``opd`` (w_binary = 0, hinted samples
 only), ``off`` (no training), ``shuffled`` (combined on the oracle's rewards and hints permuted
-across the turns of each training round: a control for drift from training at all).
+across the turns of each training round: a control for drift from training at all; it judges once per
+round even with the memory on, so its items are noted at the round's end).
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ class EvalOptions:
     @property
     def effective_judge(self) -> str:
         return "oracle" if self.method == "shuffled" else self.judge  # shuffled permutes the oracle's signals
+
+    def judges_at_once(self, memory_on: bool) -> bool:
+        """Judge right after every interaction (the memory's "acts at the next reply") or once per round.
+
+        ``shuffled`` always judges per round: judged at once, each round would hold one turn and the
+        permutation would change nothing (the control was the combined run, number for number, at stop 40).
+        Its items are therefore noted at the round's end, not at once."""
+        return memory_on and self.method != "shuffled"
 
 
 @dataclass(frozen=True)
@@ -244,7 +253,7 @@ class Experiment:
                     i += 1
                     self._emit("interact", i, scenario.total, phase.prompt(k))
                     if i % opts.train_every and k + 1 < phase.interactions:
-                        if memory.on:  # [memory hook] judged at once, as the app does: an item acts from the next reply
+                        if opts.judges_at_once(memory.on):  # [memory hook] as the app does: an item acts at once
                             round_.begin(loop.state.judge_ready, loop.state.serving)
                             loop.judge_pending()
                             if memory.changed(store, i):

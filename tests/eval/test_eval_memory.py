@@ -154,3 +154,29 @@ def test_a_tiny_run_with_the_memory_on_notes_the_hint_serves_it_and_reports_it(t
         assert students == 6
     finally:
         conn.close()
+
+
+def test_only_the_shuffled_control_judges_per_round_with_the_memory_on():
+    from clawdesk.eval.experiment import METHODS, EvalOptions
+
+    for method in METHODS:
+        opts = EvalOptions(method=method, judge="oracle")
+        assert opts.judges_at_once(True) is (method != "shuffled")
+        assert opts.judges_at_once(False) is False
+
+
+def test_the_shuffled_control_with_the_memory_notes_items_at_the_rounds_end(tmp_path, demo_gguf, monkeypatch):
+    """Judged at once, a round holds one turn and the permutation is the identity (stop 40's shuffled run
+    equalled the combined one exactly); judged per round, the item comes at the round's end (2, not 1)."""
+    persona = tmp_path / "never.toml"
+    persona.write_text(NEVER, encoding="utf-8")
+    monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "user-home"))
+    out = tmp_path / "shuffled"
+    args = ["eval", "--persona", str(persona), "--model", str(demo_gguf), "--interactions", "4"]
+    args += ["--max-reply-tokens", "16", "--judge", "oracle", "--train-every", "2", "--batch-size", "2"]
+    args += ["--train-option", "max_ppl_ratio=0", "--method", "shuffled", "--memory", "on", "--out", str(out)]
+    assert main(args) == 0
+    r = json.loads((out / "result.json").read_text())
+    (item,) = r["memory_items"]
+    assert item["created_at"] == 2
+    assert [n for n, _ in r["scores"]] == [0, 2, 4]  # no extra point at 1: nothing was noted there
