@@ -128,14 +128,19 @@ def test_with_the_memory_off_nothing_is_noted_or_served(engine, store):
     assert out == {"memory": False, "sessions_to_effect": 0, "memory_items": [], "score_without_memory": 0.5}
 
 
-def test_a_tiny_run_with_the_memory_on_notes_the_hint_serves_it_and_reports_it(tmp_path, demo_gguf, monkeypatch):
+def _tiny_run(tmp_path, demo_gguf, monkeypatch) -> list[str]:
+    """``clawdesk eval`` arguments for 4 interactions of the NEVER persona, a round every 2, oracle judge."""
     persona = tmp_path / "never.toml"
     persona.write_text(NEVER, encoding="utf-8")
     monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "user-home"))
-    out = tmp_path / "on"
     args = ["eval", "--persona", str(persona), "--model", str(demo_gguf), "--interactions", "4"]
     args += ["--max-reply-tokens", "16", "--judge", "oracle", "--train-every", "2", "--batch-size", "2"]
-    args += ["--train-option", "max_ppl_ratio=0"]  # the guard's own passes: tests/eval/test_eval.py, tests/learn
+    return [*args, "--train-option", "max_ppl_ratio=0"]  # the guard's own passes: tests/eval/test_eval.py, tests/learn
+
+
+def test_a_tiny_run_with_the_memory_on_notes_the_hint_serves_it_and_reports_it(tmp_path, demo_gguf, monkeypatch):
+    out = tmp_path / "on"
+    args = _tiny_run(tmp_path, demo_gguf, monkeypatch)
     assert main([*args, "--memory", "on", "--out", str(out)]) == 0
     r = json.loads((out / "result.json").read_text())
     assert set(r) >= MEMORY_KEYS and r["memory"] is True
@@ -168,14 +173,9 @@ def test_only_the_shuffled_control_judges_per_round_with_the_memory_on():
 def test_the_shuffled_control_with_the_memory_notes_items_at_the_rounds_end(tmp_path, demo_gguf, monkeypatch):
     """Judged at once, a round holds one turn and the permutation is the identity (stop 40's shuffled run
     equalled the combined one exactly); judged per round, the item comes at the round's end (2, not 1)."""
-    persona = tmp_path / "never.toml"
-    persona.write_text(NEVER, encoding="utf-8")
-    monkeypatch.setenv("CLAWDESK_HOME", str(tmp_path / "user-home"))
     out = tmp_path / "shuffled"
-    args = ["eval", "--persona", str(persona), "--model", str(demo_gguf), "--interactions", "4"]
-    args += ["--max-reply-tokens", "16", "--judge", "oracle", "--train-every", "2", "--batch-size", "2"]
-    args += ["--train-option", "max_ppl_ratio=0", "--method", "shuffled", "--memory", "on", "--out", str(out)]
-    assert main(args) == 0
+    args = _tiny_run(tmp_path, demo_gguf, monkeypatch)
+    assert main([*args, "--method", "shuffled", "--memory", "on", "--out", str(out)]) == 0
     r = json.loads((out / "result.json").read_text())
     (item,) = r["memory_items"]
     assert item["created_at"] == 2
