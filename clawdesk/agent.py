@@ -22,7 +22,7 @@ from clawdesk.engine import Delta, SamplingParams, history_from_turns
 from clawdesk.engine.gate import ChatGate
 from clawdesk.engine.protocol import ChatEngine
 from clawdesk.errors import InputError
-from clawdesk.preferences import effective_placement, memory_block, place_memory
+from clawdesk.preferences import ECHO_STOPS, effective_placement, memory_block, place_memory
 from clawdesk.store import Session, Store
 from clawdesk.store.prefs import active_preferences
 from clawdesk.store.steps import NewStep, NewToolCall, add_agent_turn, list_steps
@@ -175,6 +175,7 @@ class _Run:
             temperature=chat.temperature if temperature is None else temperature,
             top_p=chat.top_p,
             max_tokens=chat.max_reply_tokens,
+            stop=ECHO_STOPS,
         )
 
     def emit(self, event: AgentEvent) -> None:

@@ -32,6 +32,7 @@ from clawdesk.engine.prompt import (
     split_thinking,
 )
 from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
+from clawdesk.engine.stops import StopCut
 from clawdesk.engine.threads import ThreadBudget, all_threads
 from clawdesk.errors import EngineClosed, InputError, ModelError
 from clawdesk.gguf.files import check_gguf
@@ -219,7 +220,8 @@ class Engine:
 
         ``resume_ids`` continues an interrupted reply (the judge's pause/resume). Stops at an
         end-of-generation token (kept in ``reply_ids``: it was sampled and is trained on), at
-        ``max_tokens``/context end ("length"), or when cancelled ("cancelled"). ``seed`` fixes
+        ``max_tokens``/context end ("length"), when cancelled ("cancelled"), or before a ``params.stop``
+        string it wrote (ids and text cut on a token boundary: :mod:`clawdesk.engine.stops`). ``seed`` fixes
         the sampling stream (the judge's votes); by default each call gets the next seed of a
         per-engine sequence, so repeated prompts can differ yet a fresh engine is reproducible.
         ``grammar`` (GBNF) constrains the output, e.g. so a judge vote always ends in a score.
@@ -245,8 +247,7 @@ class Engine:
                 raise InputError(f"no context left for a reply ({len(ids)} of {self.n_ctx} tokens used)")
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             raw = "".join(decoder.decode(self.llm.detokenize([t], special=True)) for t in reply_ids)
-            status = "finished"
-            first_at: float | None = None
+            status, first_at, cut = "finished", None, StopCut(params.stop)
             if not self._eval_prompt(ids, stopped, prompt_chunk):
                 status = "cancelled"
             else:
@@ -262,17 +263,21 @@ class Engine:
                     grammar=self._grammar(grammar) if grammar else None,
                 )
                 preempted = self._preempt.preemptions
+                shown = raw
                 try:
-                    for tok in self._until_preempted(gen):
+                    for tok in self._preempt.tokens(gen):
                         if first_at is None:
                             first_at = time.monotonic()
                         reply_ids.append(int(tok))
                         if llama_cpp.llama_vocab_is_eog(vocab, tok):
                             break
-                        piece = decoder.decode(self.llm.detokenize([tok], special=True))
-                        raw += piece
+                        piece, hit = cut.add(decoder.decode(self.llm.detokenize([tok], special=True)))
+                        shown += piece
                         if on_delta is not None and piece:
-                            on_delta(Delta(text=piece, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
+                            on_delta(Delta(text=piece, thinking=in_thinking(shown), n_tokens=len(reply_ids)))
+                        if hit:  # written, not served: the ids and text end before the stop string
+                            del reply_ids[len(resume_ids) + (cut.kept or 0) :]
+                            break
                         if len(reply_ids) - len(resume_ids) >= limit:
                             status = "length"
                             break
@@ -285,8 +290,12 @@ class Engine:
                             status = "cancelled"
                 finally:
                     gen.close()
+                rest = cut.flush()  # a tail held back because it might have become a stop string
+                if on_delta is not None and rest:
+                    on_delta(Delta(text=rest, thinking=in_thinking(shown + rest), n_tokens=len(reply_ids)))
+                raw += cut.text
             finished = time.monotonic()
-            raw += decoder.decode(b"", final=True)
+            raw += decoder.decode(b"", final=True) if cut.kept is None else ""
             thinking, content = split_thinking(raw)
             n_new = len(reply_ids) - len(resume_ids)
             gen_time = finished - first_at if first_at is not None else 0.0
@@ -460,14 +469,6 @@ class Engine:
                 yield
             finally:
                 self._preempt.side_running = outer
-
-    def _until_preempted(self, gen: Iterator[int]) -> Iterator[int]:
-        """``gen``'s tokens, ending quietly when a chat call aborted its ``llama_decode``."""
-        try:
-            yield from gen
-        except RuntimeError as exc:
-            if not self._preempt.stopped_by_us(exc):
-                raise
 
     @property
     def preemptions(self) -> int:

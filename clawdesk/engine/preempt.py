@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import re
 import threading
+from collections.abc import Iterator
 
 # What llama.cpp logs (at ERROR level) for the aborts this module causes: expected, not errors.
 _ABORT_LOG = re.compile(rb"failed to decode, ret = 2|removing memory module entries")
@@ -71,6 +72,14 @@ class Preemption:
             self.preemptions += 1
             return True
         return False
+
+    def tokens(self, gen: Iterator[int]) -> Iterator[int]:
+        """``gen``'s tokens, ending quietly when a chat call aborted its ``llama_decode``."""
+        try:
+            yield from gen
+        except RuntimeError as exc:
+            if not self.stopped_by_us(exc):
+                raise
 
 
 def _quiet_abort_log() -> None:

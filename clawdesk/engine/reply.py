@@ -23,6 +23,7 @@ class SamplingParams:
     max_tokens: int = 1024
     top_k: int = 40
     min_p: float = 0.05
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these it writes (clawdesk.engine.stops)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Reply:
     raw_text: str
     thinking: str
     content: str
-    status: str  # 'finished' | 'cancelled' | 'length'
+    status: str  # 'finished' (an end token or a stop string) | 'cancelled' | 'length'
     latency_ms: float | None
     tokens_per_s: float | None
     started_at: float

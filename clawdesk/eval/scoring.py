@@ -21,7 +21,7 @@ from clawdesk.engine.prompt import build_messages
 from clawdesk.errors import InputError
 from clawdesk.eval.personas import assets_dir
 from clawdesk.judge.parse import enhanced_user_message
-from clawdesk.preferences import place_memory
+from clawdesk.preferences import ECHO_STOPS, place_memory
 
 NEUTRAL_SET = "neutral-set.jsonl"
 
@@ -54,7 +54,7 @@ class Scorer:
             system, user = place_memory(system, user, self.memory())
         built = self.engine.build_prompt(system, [], user, thinking=False, reply_room=self.max_tokens)
         self.engine.reset_cache()
-        params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens, stop=ECHO_STOPS)
         return self.engine.generate(built.token_ids, params, use_adapter=not hint).content
 
     def score(self, *, hint: bool = False) -> float:
