@@ -444,3 +444,29 @@ def test_ask_streams_the_reply_without_call_blocks_and_prints_one_line_per_call(
         "[tool read_file notes.txt → ok]",
         "[tool write_file a.txt → denied: write_file needs the user's consent and none]",
     ]
+
+
+def test_a_reply_that_writes_the_memory_header_back_ends_before_it(agent_config, qwen3_template, store):
+    from clawdesk.config import MemoryConfig
+    from clawdesk.store.prefs import add_preference
+
+    add_preference(store, "Do not use lists.")
+    echo = "Paris is the capital.\n\n[user's hint / instruction]\nDo not use lists. More text."
+    engine = ScriptedEngine([echo], template=qwen3_template)
+    registry = build_registry(agent_config)
+    try:
+        agent = AgentService(
+            engine, agent_config.chat, agent_config.tools, registry, memory=MemoryConfig(placement="user")
+        )
+        events = []
+        session = agent.new_session(store)
+        result = agent.run_turn(store, session.id, "Capital of France?", on_event=events.append)
+    finally:
+        registry.close()
+    prompt = engine.detokenize(engine.prompts[0])
+    assert "[user's hint / instruction]\nDo not use lists." in prompt  # the item was served in the user's turn
+    # served, recorded, streamed and trained: the reply before the header, no end token (none was sampled)
+    (turn,) = store.list_turns(session.id)
+    assert result.reply.content == turn.reply_content == "Paris is the capital."
+    assert engine.detokenize(store.turn_tokens(result.turn_id)[1]) == "Paris is the capital."
+    assert "".join(e.delta.text for e in events if isinstance(e, StepText)) == "Paris is the capital."

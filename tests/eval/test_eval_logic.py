@@ -20,6 +20,7 @@ from clawdesk.eval.judge_set import summarize
 from clawdesk.eval.personas import Check, Persona
 from clawdesk.eval.scenarios import Scenario, interactions_to_target
 from clawdesk.eval.scoring import Scorer
+from clawdesk.preferences import ECHO_STOPS
 
 HINT = "Answer in at most three words."
 SHORT = (Check("max_words", value=3),)
@@ -45,6 +46,7 @@ class StandInEngine:
     short_with_adapter: set[str]
     calls: list[tuple[str, bool, float]] = field(default_factory=list)  # (user message, adapter on, temperature)
     resets: int = 0
+    stops: set[tuple[str, ...]] = field(default_factory=set)  # params.stop of every call
     prompts: dict[int, str] = field(default_factory=dict)  # token id → the user message it stands for
 
     def build_prompt(self, system, history, user, *, thinking=False, reply_room=0):
@@ -57,6 +59,7 @@ class StandInEngine:
     def generate(self, token_ids, params, *, use_adapter=True):
         user = self.prompts[token_ids[0]]
         self.calls.append((user, use_adapter, params.temperature))
+        self.stops.add(params.stop)
         short = (use_adapter and user.split()[0] in self.short_with_adapter) or (not use_adapter and HINT in user)
         return _Reply("ok" if short else "this reply is far too long")
 
@@ -72,6 +75,7 @@ def test_the_scorer_scores_with_the_adapter_and_the_hint_on_the_base_with_exact_
     assert scorer.score(hint=True) == 1.0
     assert all(HINT in u and not a for u, a, _ in engine.calls) and len(engine.calls) == 4
     assert all(t == 0.0 for _, _, t in engine.calls)  # greedy
+    assert engine.stops == {ECHO_STOPS}  # a score reads the reply as the chat serves it
     assert engine.resets == 8  # a fresh cache for every reply: a score depends on the weights only
     engine.short_with_adapter = {"qb"}
     assert scorer.score() == 1 / 4

@@ -22,6 +22,7 @@ from clawdesk.engine import Delta, Engine, Exchange, ModelIdentity, Prompt, Repl
 from clawdesk.engine.llama import PROMPT_CHUNK
 from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, in_thinking, split_thinking
+from clawdesk.engine.stops import StopCut
 
 # ChatML with Qwen3's switch: thinking off pre-fills an empty think block, as Qwen3's template does.
 THINKING_TEMPLATE = (
@@ -105,6 +106,10 @@ class ScriptedEngine(Engine):
     def tokenize(self, text: str) -> list[int]:
         return [self._id(p) for p in pieces(text)]
 
+    def detokenize(self, ids: Sequence[int]) -> str:
+        text_of = {i: piece for piece, i in self._vocab.items()}
+        return "".join(text_of[i] for i in ids if i != EOS_ID)
+
     def _id(self, piece: str) -> int:
         return self._vocab.setdefault(piece, len(self._vocab) + 10)
 
@@ -158,7 +163,7 @@ class ScriptedEngine(Engine):
             self.prompts.append(list(prompt_ids))
             script = pieces(self._next_reply())
             limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
-            raw, reply_ids, status, first_at = "", [], "finished", None
+            raw, reply_ids, status, first_at, cut = "", [], "finished", None, StopCut(params.stop)
             for i, piece in enumerate(script):
                 if i == self.hold_after:
                     self._hold(stopped)
@@ -170,14 +175,22 @@ class ScriptedEngine(Engine):
                     break
                 first_at = first_at or time.monotonic()
                 reply_ids.append(self._id(piece))
-                raw += piece
-                if on_delta is not None:
-                    on_delta(Delta(text=piece, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
+                shown, hit = cut.add(piece)  # the real engine's stop strings (clawdesk.engine.stops)
+                raw += shown
+                if on_delta is not None and shown:
+                    on_delta(Delta(text=shown, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
+                if hit:
+                    del reply_ids[cut.kept or 0 :]
+                    break
                 if len(reply_ids) >= limit:
                     status = "length"
                     break
             else:
                 reply_ids.append(EOS_ID)  # the real engine keeps the sampled end-of-generation token
+            if cut.kept is None and (rest := cut.flush()):
+                raw += rest
+                if on_delta is not None:
+                    on_delta(Delta(text=rest, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
             finished = time.monotonic()
             thinking, content = split_thinking(raw)
             gen_time = finished - first_at if first_at is not None else 0.0
