@@ -75,9 +75,16 @@ _MISSED = re.compile(
 # reply's words), with a word of approval ("No lists, thanks." is a polite request; "Good, no fluff.
 # Thank you." says the reply had none). Asks: what turns thanks into a request ("Thanks, but next
 # time ...", "please", "don't", a question). English only.
-_APPROVES = re.compile(
-    r"\b(?:good|great|perfect|perfectly|exactly|love|loved|nice|lovely|awesome|excellent|brilliant|fantastic"
-    r"|wonderful|spot on|helpful|helped|worked|works|clear|that['’]?s all|just what|just right)\b",
+_APPROVAL_WORDS = (
+    r"good|great|perfect|perfectly|exactly|love|loved|nice|lovely|awesome|excellent|brilliant|fantastic"
+    r"|wonderful|spot on|helpful|helped|worked|works|clear|that['’]?s all|just what|just right"
+)
+_APPROVES = re.compile(rf"\b(?:{_APPROVAL_WORDS})\b", re.IGNORECASE)
+# An approval word negated is a complaint: "That's no good, thanks.", "Not very helpful, thanks.",
+# "That wasn't clear, thanks." (polite words around a correction that only_thanks must not drop).
+_NEGATED_APPROVAL = re.compile(
+    rf"\b(?:no|not|never|hardly|cannot|\w+n['’]t)\s+(?:(?:very|so|really|that|too|quite|at all)\s+)?"
+    rf"(?:{_APPROVAL_WORDS})\b",
     re.IGNORECASE,
 )
 _THANKS = re.compile(r"\b(?:thank(?:s| you)?|thx|cheers|much appreciated|appreciate (?:it|that))\b", re.IGNORECASE)
@@ -156,7 +163,7 @@ def misses_question(hint_text: str) -> bool:
 
 def only_thanks(hint_text: str) -> bool:
     """Whether the hint thanks and approves of the reply and asks for nothing: praise, whatever form words it has."""
-    plain = without_quotes(hint_text)
+    plain = _NEGATED_APPROVAL.sub(" ", without_quotes(hint_text))
     return all(p.search(plain) for p in (_THANKS, _APPROVES)) and _ASKS.search(plain) is None
 
 

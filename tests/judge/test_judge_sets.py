@@ -309,6 +309,12 @@ def test_misses_question_finds_complaints_that_the_reply_answered_nothing(hint, 
         ("Perfect, thanks. Please always do it like that.", False),
         ("Whenever you write emails for me, sign them 'Cheers, Sam'.", False),  # quoted words are the wish's object
         ("Keep answers short.", False),
+        ("That's no good, thanks.", False),  # approval words negated: a complaint said politely
+        ("Not very helpful, thanks.", False),
+        ("That wasn't clear, thank you.", False),
+        ("Thanks, but it hasn't worked.", False),
+        ("Thanks. Not good.", False),
+        ("Good answer, not too long. Thanks!", True),  # the negation is of something else
     ],
 )
 def test_only_thanks_finds_praise_that_asks_for_nothing(hint, thanks):
