@@ -4,12 +4,15 @@ A reply that writes a stop string ends before it. The cut is on a token boundary
 token ids (which are recorded and trained on) decode to exactly the text that was shown: a token that
 holds the start of the stop string is dropped with it. While the reply streams, a tail that may still
 grow into a stop string is held back, so what was shown is always a prefix of the final reply and
-nothing has to be taken back.
+nothing has to be taken back. A leading ``<think>`` block is not searched: a thought may quote its
+prompt (Qwen3 reasoning about a hint), and the reply is what comes after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN
 
 
 def held_tail(text: str, stops: Sequence[str]) -> int:
@@ -40,17 +43,30 @@ class StopCut:
 
     def add(self, piece: str) -> tuple[str, bool]:
         """Add one token's text; returns (text that may be shown now, whether the reply stops here)."""
-        start = max(0, len(self.text) - max((len(s) for s in self.stops), default=0))
+        start = len(self.text) - max((len(s) for s in self.stops), default=0)
         self.text += piece
         self.ends.append(len(self.text))
-        found = [at for at in (self.text.find(s, start) for s in self.stops) if at >= 0]
+        floor = self._after_thought()
+        if floor is None:  # inside the thought: nothing to search, nothing to hold back
+            return self._show(len(self.ends)), False
+        found = [at for at in (self.text.find(s, max(start, floor)) for s in self.stops) if at >= 0]
         if found:
             cut = min(found)
             self.kept = sum(1 for end in self.ends if end <= cut)
             self.text = self.text[: self.ends[self.kept - 1] if self.kept else 0]
             return self._show(self.kept), True
-        safe = len(self.text) - held_tail(self.text, self.stops)
+        safe = len(self.text) - held_tail(self.text[floor:], self.stops)
         return self._show(sum(1 for end in self.ends if end <= safe)), False
+
+    def _after_thought(self) -> int | None:
+        """Where stop strings count: 0, or after a leading think block; None while that block is open."""
+        if not self.stops:
+            return 0
+        body = self.text.lstrip()
+        if not body.startswith(THINK_OPEN):
+            return None if body and THINK_OPEN.startswith(body) else 0  # "<thi" may still open one
+        close = self.text.find(THINK_CLOSE)
+        return None if close < 0 else close + len(THINK_CLOSE)
 
     def flush(self) -> str:
         """The text still held back once the reply has ended without a stop string ("" after one)."""

@@ -50,6 +50,16 @@ def test_shown_text_is_always_a_prefix_of_the_final_reply():
     assert hit and shown == cut.text == "A"  # "b [" held the stop's start
 
 
+def test_a_thought_that_quotes_the_header_is_not_cut_the_answer_after_it_is():
+    pieces = ["<think>", "\nThe", " [user's", " hint", " /", " instruction]", " says", " brief.", "\n</think>"]
+    pieces += ["\n\nParis", ".", "\n\n[", "user's", " hint"]
+    cut, shown, hit = feed(ECHO_STOPS, pieces)
+    assert hit and shown == cut.text == "".join(pieces[:11])  # the thought whole, the answer before the header
+    thought = ["<think>", "\nquoting [user's", " hint"]  # still thinking when the reply ended (length)
+    cut, shown, hit = feed(ECHO_STOPS, thought)
+    assert not hit and shown == "".join(thought)
+
+
 def test_no_stops_shows_every_piece_at_once():
     cut = StopCut(())
     assert [cut.add(p) for p in ["a", "[", "b"]] == [("a", False), ("[", False), ("b", False)]
