@@ -110,7 +110,8 @@ def quote_item(text: str) -> str:
 # open a message or form a special token.
 USER_MEMORY_HEADER = "\n\n[user's hint / instruction]"
 
-# Stop strings of every served reply (the chat, the endpoint, the eval's scores): a reply that writes
+# Stop strings of the replies served with the memory (the chat, the eval's scores; the endpoint has no
+# memory in its prompts and keeps only the client's own stop strings): a reply that writes
 # the header back ends before it. The demo model copies the bracketed header, and the items or hint
 # after it, out of its prompt: 10-21 of 96 served replies did with two items in memory (stop 40,
 # brief-hi-there), and the copied text is neither an answer nor anything the user should read.

@@ -262,8 +262,7 @@ class Engine:
                     temp=params.temperature,
                     grammar=self._grammar(grammar) if grammar else None,
                 )
-                preempted = self._preempt.preemptions
-                shown = raw
+                preempted, shown = self._preempt.preemptions, raw  # shown: what on_delta has handed out
                 try:
                     for tok in self._preempt.tokens(gen):
                         if first_at is None:

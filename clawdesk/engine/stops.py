@@ -10,6 +10,7 @@ prompt (Qwen3 reasoning about a hint), and the reply is what comes after it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN
@@ -52,11 +53,11 @@ class StopCut:
         found = [at for at in (self.text.find(s, max(start, floor)) for s in self.stops) if at >= 0]
         if found:
             cut = min(found)
-            self.kept = sum(1 for end in self.ends if end <= cut)
+            self.kept = bisect_right(self.ends, cut)  # ends never decrease: the tokens ending by the cut
             self.text = self.text[: self.ends[self.kept - 1] if self.kept else 0]
             return self._show(self.kept), True
         safe = len(self.text) - held_tail(self.text[floor:], self.stops)
-        return self._show(sum(1 for end in self.ends if end <= safe)), False
+        return self._show(bisect_right(self.ends, safe)), False
 
     def _after_thought(self) -> int | None:
         """Where stop strings count: 0, or after a leading think block; None while that block is open."""

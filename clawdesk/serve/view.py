@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from clawdesk.engine.stops import held_tail
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 CALL_OPEN = "<tool_call>"
@@ -20,10 +22,7 @@ CALL_OPEN = "<tool_call>"
 
 def hold_back(text: str, marker: str) -> str:
     """``text`` without a tail that is a proper prefix of ``marker`` (it may still become the marker)."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:k]):
-            return text[:-k]
-    return text
+    return text[: len(text) - held_tail(text, (marker,))]
 
 
 @dataclass(frozen=True)

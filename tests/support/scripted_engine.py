@@ -187,7 +187,7 @@ class ScriptedEngine(Engine):
                     break
             else:
                 reply_ids.append(EOS_ID)  # the real engine keeps the sampled end-of-generation token
-            if cut.kept is None and (rest := cut.flush()):
+            if rest := cut.flush():  # "" once a stop string was written
                 raw += rest
                 if on_delta is not None:
                     on_delta(Delta(text=rest, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
