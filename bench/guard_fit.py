@@ -6,12 +6,13 @@ The trainer rejects a version whose perplexity ratio on ``assets/guard-set.jsonl
 ``train.max_ppl_ratio``; the eval reports the ratio on ``assets/neutral-set.jsonl`` (24 other texts), and
 issue #20's goal is on that one. For every version ``home/adapters/vN`` of each run this prints both
 ratios (the guard's as ``guard.check`` computes it, beside the one the trainer recorded in
-``metadata.json``), and the neutral set's two halves (even and odd lines, 12 texts each, as large as
-the guard set). Then, over all versions: how often the guard passed a version the neutral set puts
-over the limit, and the mean gap guard − neutral against the mean gap between the halves. A gap
-between two halves of one set as large as guard − neutral says the guard's 12 texts are too few to
-measure a ratio this close to 1 (sampling spread), not that they measure something else.
-Nothing is written.
+``metadata.json``), and the neutral set's two halves (even and odd lines, 12 texts each). Then, over
+all versions: how often the guard passed a version the neutral set puts over the limit, and the mean
+gap guard − neutral against the mean gap between the halves. A gap between two halves of one set as
+large as guard − neutral says a dozen texts are too few to measure a ratio this close to 1 (sampling
+spread), not that they measure something else. ``--candidate FILE`` scores another guard text set
+(same format) beside the shipped one, with the same summary and its seconds per version: how a
+replacement set would have judged the same versions. Nothing is written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import copy
 import json
 import math
 import statistics
+import time
 from pathlib import Path
 
 from clawdesk.config import TrainConfig
@@ -49,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path, nargs="+", help="eval runs' --out folders (with home/ and result.json)")
     ap.add_argument("--limit", type=float, default=1.05, help="the ratio limit (train.max_ppl_ratio)")
+    ap.add_argument("--candidate", type=Path, help="another guard text set (JSONL) to score beside the shipped one")
     args = ap.parse_args(argv)
     rows = []
     for run in args.runs:
@@ -60,32 +63,51 @@ def main(argv: list[str] | None = None) -> int:
             "neutral": guard.load_guard_set(gguf, NEUTRAL, system_prompt=system).pairs,
         }
         sets["half_a"], sets["half_b"] = sets["neutral"][0::2], sets["neutral"][1::2]
+        if args.candidate:
+            sets["candidate"] = guard.load_guard_set(gguf, args.candidate, system_prompt=system).pairs
         versions = sorted((p for p in (home / "adapters").glob("v*") if p.is_dir()), key=lambda p: int(p.name[1:]))
         base, info = load_base(gguf, device="cpu", load_in_4bit=False)
         for vdir in versions:  # each version on a fresh copy of the base (PEFT wraps the model it is given)
             config = TrainConfig(device="cpu", load_in_4bit=False)
             learner = Learner(copy.deepcopy(base), info, config, parent_dir=vdir)
-            ratios = {name: _ratio(learner, pairs) for name, pairs in sets.items()}
+            ratios, seconds = {}, {}
+            for name, pairs in sets.items():
+                t0 = time.perf_counter()
+                ratios[name] = _ratio(learner, pairs)
+                seconds[name] = time.perf_counter() - t0
+            rows.append(ratios | {f"{k}_s": v for k, v in seconds.items()})
             meta = json.loads((vdir / "metadata.json").read_text(encoding="utf-8"))
             recorded = ((meta.get("validation") or {}).get("guard") or {}).get("ppl_ratio")
-            rows.append(ratios)
             print(
                 f"{run.parent.name}/{run.name} {vdir.name}: guard {ratios['guard']:.3f} (recorded "
                 f"{recorded if recorded is None else f'{recorded:.3f}'}), neutral {ratios['neutral']:.3f} "
-                f"(halves {ratios['half_a']:.3f} / {ratios['half_b']:.3f})",
+                f"(halves {ratios['half_a']:.3f} / {ratios['half_b']:.3f})"
+                + (f", candidate {ratios['candidate']:.3f}" if "candidate" in ratios else ""),
                 flush=True,
             )
+    if not rows:
+        print("no adapter versions in these runs")
+        return 1
     over = [r for r in rows if r["neutral"] > args.limit]
-    missed = [r for r in over if r["guard"] <= args.limit]
-    print(f"\n{len(rows)} versions; neutral > {args.limit}: {len(over)}, of which the guard passed {len(missed)}")
-    gap = [r["guard"] - r["neutral"] for r in rows]
+    print(f"\n{len(rows)} versions; neutral > {args.limit}: {len(over)}")
     halves = [r["half_a"] - r["half_b"] for r in rows]
-    print(f"guard − neutral: mean {statistics.mean(gap):+.4f}, mean |·| {statistics.mean(map(abs, gap)):.4f}")
     print(f"half a − half b: mean {statistics.mean(halves):+.4f}, mean |·| {statistics.mean(map(abs, halves)):.4f}")
-    if len(rows) > 2:
-        corr = statistics.correlation([r["guard"] for r in rows], [r["neutral"] for r in rows])
-        print(f"correlation guard ~ neutral {corr:.3f}")
+    for name in ("guard", "candidate") if args.candidate else ("guard",):
+        _summary(name, rows, over, args.limit)
     return 0
+
+
+def _summary(name: str, rows: list[dict[str, float]], over: list[dict[str, float]], limit: float) -> None:
+    """How set ``name`` judged the versions: misses, false alarms, its gap to the neutral set, its cost."""
+    missed = sum(r[name] <= limit for r in over)
+    alarms = sum(r[name] > limit and r["neutral"] <= limit for r in rows)
+    gap = [r[name] - r["neutral"] for r in rows]
+    line = f"{name}: passed {missed} of the {len(over)} over the limit, rejected {alarms} under it; "
+    line += f"{name} − neutral mean {statistics.mean(gap):+.4f}, mean |·| {statistics.mean(map(abs, gap)):.4f}"
+    if len(rows) > 2:
+        line += f", correlation {statistics.correlation([r[name] for r in rows], [r['neutral'] for r in rows]):.3f}"
+    seconds = statistics.mean(r[name + "_s"] for r in rows)
+    print(line + f"; {seconds:.1f} s per version (both passes, with and without the adapter)")
 
 
 if __name__ == "__main__":

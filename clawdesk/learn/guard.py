@@ -1,9 +1,8 @@
 """The general-ability guard: does a new adapter version still model ordinary text as the base does?
 
-Owns the guard text set (``assets/guard-set.jsonl``: twelve general questions with plain reference
-answers; none of them is a persona prompt or in the eval's neutral set, so the eval's ``ppl_ratio``
-stays an independent measurement), its tokens under the base GGUF's own tokenizer and chat template,
-and the ratio validation reads::
+Owns the guard text set (``assets/guard-set.jsonl``: 36 general questions with plain reference
+answers), its tokens under the base GGUF's own tokenizer and chat template, and the ratio validation
+reads::
 
     ppl_ratio = exp(NLL_adapter − NLL_base)     NLL = mean negative log-prob per reference-answer token
 
@@ -14,6 +13,12 @@ such steps and the neutral-text perplexity ratio ended at 2.81 (docs/learning.md
 replies the collapse check scores get *more* likely under that drift, so only text the adapter never
 trained on can see it. A version whose ratio exceeds ``train.max_ppl_ratio`` is rejected like any
 failed validation, and training goes on from the version before it.
+
+No guard question is, or rewords, a persona's prompt, the anchor's, the form probe's or one of the
+eval's neutral set (``tests/learn/test_guard.py`` holds it): a version has trained on a persona's
+prompts, so drift shows less there, and the eval's ``ppl_ratio`` stays an independent measurement.
+Why 36 texts, not 12: a dozen texts is too few to read a ratio this close to 1 (docs/learning.md,
+"The guard set: 36 texts no version trained on").
 
 The trainer has no llama.cpp engine, so the tokens come from the GGUF's vocabulary alone
 (:mod:`clawdesk.learn.vocab`).

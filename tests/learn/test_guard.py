@@ -178,3 +178,35 @@ def test_without_the_guard_file_training_says_so_and_goes_on(tiny_gguf, tmp_path
     v = versions.get_version(store, made[0])
     store.close()
     assert str(missing) in v.validation["guard"]["skipped"]
+
+
+_FILLER = "a an the of to in on and or is are do does did how what why who when where i my you we it its"
+
+
+def _topic(question: str) -> frozenset[str]:
+    """A question's content words, cut to five letters so "bacteria" meets "bacterium" and "colour" "color"."""
+    words = "".join(c if c.isalpha() else " " for c in question.casefold()).split()
+    filler = set(_FILLER.split())
+    return frozenset(w[:5] for w in words if w not in filler)
+
+
+def test_the_guard_asks_nothing_a_persona_trains_on_or_the_eval_measures_with():
+    """The guard must see drift on text no version trained on, and stay independent of the eval's neutral set."""
+    from clawdesk.eval.personas import assets_dir, load_persona
+    from clawdesk.learn.anchor import read_prompts
+    from clawdesk.learn.form_probe import read_form_prompts
+
+    others = [("anchor", q) for q in read_prompts(assets_dir() / "anchor-prompts.jsonl")]
+    others += [("form probe", q) for q in read_form_prompts()]
+    others += [("neutral set", r["prompt"]) for r in read_rows(assets_dir() / "neutral-set.jsonl")]
+    for path in sorted((assets_dir() / "personas").glob("*.toml")):
+        persona = load_persona(path.stem)
+        others += [(path.stem, q) for q in (*persona.prompts, *persona.heldout)]
+    guard = [r["prompt"] for r in read_rows(default_guard_path())]
+    assert len(set(map(_topic, guard))) == len(guard) >= 36  # no two guard texts on one topic either
+    clashes = [(q, where, o) for q in guard for where, o in others if _topic(q) <= _topic(o) or _topic(o) <= _topic(q)]
+    assert not clashes
+    # The rule would have caught the old set's clashes (a persona's exact prompt, a near rewording).
+    assert _topic("What is the difference between a virus and a bacterium?") <= _topic(
+        "What's the difference between a virus and bacteria?"
+    )
