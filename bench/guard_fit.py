@@ -12,7 +12,9 @@ gap guard − neutral against the mean gap between the halves. A gap between two
 large as guard − neutral says a dozen texts are too few to measure a ratio this close to 1 (sampling
 spread), not that they measure something else. ``--candidate FILE`` scores another guard text set
 (same format) beside the shipped one, with the same summary and its seconds per version: how a
-replacement set would have judged the same versions. Nothing is written.
+replacement set would have judged the same versions. ``--per-text`` adds each text's own ratio, most
+drifted first (which texts carry a set's ratio); ``--only v2,v8`` limits the versions scored.
+Nothing is written.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ def _ratio(learner: Learner, pairs) -> float:
     return math.exp(learner.mean_nll(pairs, adapter=True) - learner.mean_nll(pairs, adapter=False))
 
 
+def _per_text(learner: Learner, pairs, texts: list[str]) -> list[tuple[float, str]]:
+    """Each text's own ratio exp(NLL_adapter − NLL_base) over its reply tokens, highest first (memoized scores)."""
+    with_adapter, base = learner.remembered(pairs, adapter=True), learner.remembered(pairs, adapter=False)
+    each = [
+        (math.exp(float(b.double().sum() - a.double().sum()) / a.numel()), text)
+        for a, b, text in zip(with_adapter, base, texts, strict=True)
+    ]
+    return sorted(each, reverse=True)
+
+
 def _system_prompt(home: Path) -> str:
     store = Store.open(home / "clawdesk.db")
     try:
@@ -52,20 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", type=Path, nargs="+", help="eval runs' --out folders (with home/ and result.json)")
     ap.add_argument("--limit", type=float, default=1.05, help="the ratio limit (train.max_ppl_ratio)")
     ap.add_argument("--candidate", type=Path, help="another guard text set (JSONL) to score beside the shipped one")
+    ap.add_argument("--per-text", action="store_true", help="print each text's own ratio per version and set")
+    ap.add_argument("--only", default="", help="comma-separated versions to score (v2,v8); all when empty")
     args = ap.parse_args(argv)
+    only = {v.strip() for v in args.only.split(",") if v.strip()}
     rows = []
     for run in args.runs:
         result = json.loads((run / "result.json").read_text(encoding="utf-8"))
         gguf, home = Path(result["config"]["model_path"]), run / "home"
         system = _system_prompt(home)
-        sets = {
-            "guard": guard.load_guard_set(gguf, system_prompt=system).pairs,
-            "neutral": guard.load_guard_set(gguf, NEUTRAL, system_prompt=system).pairs,
-        }
-        sets["half_a"], sets["half_b"] = sets["neutral"][0::2], sets["neutral"][1::2]
+        paths = {"guard": guard.default_guard_path(), "neutral": NEUTRAL}
         if args.candidate:
-            sets["candidate"] = guard.load_guard_set(gguf, args.candidate, system_prompt=system).pairs
+            paths["candidate"] = args.candidate
+        sets = {name: guard.load_guard_set(gguf, path, system_prompt=system).pairs for name, path in paths.items()}
+        questions = {name: [r["prompt"] for r in guard.read_rows(path)] for name, path in paths.items()}
+        sets["half_a"], sets["half_b"] = sets["neutral"][0::2], sets["neutral"][1::2]
         versions = sorted((p for p in (home / "adapters").glob("v*") if p.is_dir()), key=lambda p: int(p.name[1:]))
+        versions = [v for v in versions if not only or v.name in only]
         base, info = load_base(gguf, device="cpu", load_in_4bit=False)
         for vdir in versions:  # each version on a fresh copy of the base (PEFT wraps the model it is given)
             config = TrainConfig(device="cpu", load_in_4bit=False)
@@ -85,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
                 + (f", candidate {ratios['candidate']:.3f}" if "candidate" in ratios else ""),
                 flush=True,
             )
+            if args.per_text:
+                for name, texts in questions.items():
+                    print(f"  {name}, each text:")
+                    for ratio, question in _per_text(learner, sets[name], texts):
+                        print(f"    {ratio:.3f}  {question}")
     if not rows:
         print("no adapter versions in these runs")
         return 1
