@@ -184,7 +184,7 @@ _FILLER = "a an the of to in on and or is are do does did how what why who when 
 
 
 def _topic(question: str) -> frozenset[str]:
-    """A question's content words, cut to five letters so "bacteria" meets "bacterium" and "colour" "color"."""
+    """A question's content words, cut to five letters so that "bacteria" meets "bacterium"."""
     words = "".join(c if c.isalpha() else " " for c in question.casefold()).split()
     filler = set(_FILLER.split())
     return frozenset(w[:5] for w in words if w not in filler)
