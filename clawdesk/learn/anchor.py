@@ -2,10 +2,11 @@
 
 Owns the anchor prompt set (twelve general questions, none of them a persona prompt, a guard text
 or in the eval's neutral set, so neither the guard nor the eval's ``ppl_ratio`` measures the texts
-the anchor trains on). The replies are not stored: the learner samples the base's own replies to
-these prompts once per run (:func:`clawdesk.learn.extras.anchor_replies`) and
-:func:`clawdesk.learn.objective.anchor_kl` keeps the policy's KL to the base on them small, with
-weight ``train.anchor_coef``.
+the anchor trains on, and the anchor never holds the policy to the base on a prompt it learns from;
+``tests/learn/test_guard.py`` holds it: until stop 42 five of them were persona prompts). The
+replies are not stored: the learner samples the base's own replies to these prompts once per run
+(:func:`clawdesk.learn.extras.anchor_replies`) and :func:`clawdesk.learn.objective.anchor_kl` keeps
+the policy's KL to the base on them small, with weight ``train.anchor_coef``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -184,29 +185,36 @@ _FILLER = "a an the of to in on and or is are do does did how what why who when 
 
 
 def _topic(question: str) -> frozenset[str]:
-    """A question's content words, cut to five letters so that "bacteria" meets "bacterium"."""
+    """A question's content words, "-our" spelt "-or" and cut to five letters, so that "colour" meets "color"
+    and "bacteria" "bacterium"."""
     words = "".join(c if c.isalpha() else " " for c in question.casefold()).split()
     filler = set(_FILLER.split())
-    return frozenset(w[:5] for w in words if w not in filler)
+    return frozenset(re.sub("our$", "or", w)[:5] for w in words if w not in filler)
 
 
-def test_the_guard_asks_nothing_a_persona_trains_on_or_the_eval_measures_with():
-    """The guard must see drift on text no version trained on, and stay independent of the eval's neutral set."""
+def _clashes(questions: list[str], others: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(question, where, other) for every other question on the same topic, or on one inside it."""
+    return [(q, where, o) for q in questions for where, o in others if _topic(q) <= _topic(o) or _topic(o) <= _topic(q)]
+
+
+def test_the_guard_and_the_anchor_ask_nothing_a_persona_trains_on_or_the_eval_measures_with():
+    """The guard must see drift on text no version trained on, and stay independent of the eval's neutral set;
+    the anchor (off by default) must not hold the policy to the base on the very prompts it learns from."""
     from clawdesk.eval.personas import assets_dir, load_persona
     from clawdesk.learn.anchor import read_prompts
     from clawdesk.learn.form_probe import read_form_prompts
 
-    others = [("anchor", q) for q in read_prompts(assets_dir() / "anchor-prompts.jsonl")]
-    others += [("form probe", q) for q in read_form_prompts()]
-    others += [("neutral set", r["prompt"]) for r in read_rows(assets_dir() / "neutral-set.jsonl")]
+    personas = []
     for path in sorted((assets_dir() / "personas").glob("*.toml")):
         persona = load_persona(path.stem)
-        others += [(path.stem, q) for q in (*persona.prompts, *persona.heldout)]
+        personas += [(path.stem, q) for q in (*persona.prompts, *persona.heldout)]
+    neutral = [("neutral set", r["prompt"]) for r in read_rows(assets_dir() / "neutral-set.jsonl")]
+    anchor = read_prompts(assets_dir() / "anchor-prompts.jsonl")
     guard = [r["prompt"] for r in read_rows(default_guard_path())]
     assert len(set(map(_topic, guard))) == len(guard) >= 36  # no two guard texts on one topic either
-    clashes = [(q, where, o) for q in guard for where, o in others if _topic(q) <= _topic(o) or _topic(o) <= _topic(q)]
-    assert not clashes
-    # The rule would have caught the old set's clashes (a persona's exact prompt, a near rewording).
-    assert _topic("What is the difference between a virus and a bacterium?") <= _topic(
-        "What's the difference between a virus and bacteria?"
-    )
+    others = [("anchor", q) for q in anchor] + [("form probe", q) for q in read_form_prompts()]
+    assert not _clashes(guard, others + neutral + personas)
+    assert not _clashes(anchor, neutral + personas)
+    # The rule catches what the old sets held: a persona's exact prompt, a rewording, another spelling.
+    assert _clashes(["What is the difference between a virus and a bacterium?"], personas)
+    assert _clashes(["Why do leaves change color in autumn?"], personas)
