@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN
+from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN, in_thinking
 
 
 def held_tail(text: str, stops: Sequence[str]) -> int:
@@ -63,11 +63,11 @@ class StopCut:
         """Where stop strings count: 0, or after a leading think block; None while that block is open."""
         if not self.stops:
             return 0
-        body = self.text.lstrip()
-        if not body.startswith(THINK_OPEN):
-            return None if body and THINK_OPEN.startswith(body) else 0  # "<thi" may still open one
-        close = self.text.find(THINK_CLOSE)
-        return None if close < 0 else close + len(THINK_CLOSE)
+        if in_thinking(self.text):  # also "<thi", which may still open one
+            return None
+        if not self.text.lstrip().startswith(THINK_OPEN):
+            return 0
+        return self.text.find(THINK_CLOSE) + len(THINK_CLOSE)
 
     def flush(self) -> str:
         """The text still held back once the reply has ended without a stop string ("" after one)."""

@@ -35,6 +35,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN
 from clawdesk.errors import JudgeError
 
 HINT_HEADER = "\n\n[user's hint / instruction]\n"
@@ -42,9 +43,6 @@ QUOTE_CHARS = 400  # per quoted text in a plain-text prompt: the judge needs the
 # The answer keys of the v2 few-shot prompt: quoted text must not pose as an answer.
 _ANSWER_KEYS = re.compile(r"\b(Verdict|Says how)\s*:", re.IGNORECASE)
 MIN_HINT_CHARS = 10  # an accepted hint is longer than this after strip()
-
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 
 FENCE_OPEN = re.compile(r"<<<\s*BEGIN\b[^\n]*?>>>", re.IGNORECASE)
 FENCE_CLOSE = re.compile(r"<<<\s*END\b[^\n]*?>>>", re.IGNORECASE)

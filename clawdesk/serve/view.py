@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from clawdesk.engine.prompt import THINK_CLOSE, THINK_OPEN
 from clawdesk.engine.stops import held_tail
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 CALL_OPEN = "<tool_call>"
 
 
