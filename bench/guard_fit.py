@@ -41,13 +41,8 @@ def _ratio(learner: Learner, pairs) -> float:
 
 
 def _per_text(learner: Learner, pairs, texts: list[str]) -> list[tuple[float, str]]:
-    """Each text's own ratio exp(NLL_adapter − NLL_base) over its reply tokens, highest first (memoized scores)."""
-    with_adapter, base = learner.remembered(pairs, adapter=True), learner.remembered(pairs, adapter=False)
-    each = [
-        (math.exp(float(b.double().sum() - a.double().sum()) / a.numel()), text)
-        for a, b, text in zip(with_adapter, base, texts, strict=True)
-    ]
-    return sorted(each, reverse=True)
+    """Each text's own ratio, highest first (the learner remembers the scores, so nothing runs twice)."""
+    return sorted(((_ratio(learner, [pair]), text) for pair, text in zip(pairs, texts, strict=True)), reverse=True)
 
 
 def _system_prompt(home: Path) -> str:
