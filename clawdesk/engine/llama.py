@@ -77,7 +77,7 @@ class Engine:
         import llama_cpp
 
         check_gguf(model.path)
-        threads = ThreadBudget(fixed=n_threads)
+        threads = ThreadBudget.for_app(n_threads)
         # Automatic: start idle (every core, for prompts and tokens alike); see ThreadBudget.
         first = n_threads or all_threads()
         try:

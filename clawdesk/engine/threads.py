@@ -1,8 +1,9 @@
-"""How many CPU threads the engine's llama.cpp context may use: every core when nothing else computes, half when busy.
+"""How many CPU threads the engine's llama.cpp context may use: every core when nothing else computes, fewer when busy.
 
 :class:`ThreadBudget` holds the "busy" flags (the trainer process running, a judge on another
-engine computing); :class:`~clawdesk.engine.llama.Engine` calls :meth:`ThreadBudget.apply` before
-each native call, so a change takes effect between prompt chunks and tokens.
+engine computing) and reads other programs' CPU use (:mod:`clawdesk.engine.cpu_load`);
+:class:`~clawdesk.engine.llama.Engine` calls :meth:`ThreadBudget.apply` before each native call,
+so a change takes effect between prompt chunks and tokens.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+
+from clawdesk.engine.cpu_load import OtherLoad
 
 
 def all_threads() -> int:
@@ -40,15 +43,28 @@ class ThreadBudget:
     and the chat never compute at once, and while it judges it is the only work, so it too gets
     every core. With nothing busy (always for ``clawdesk ask``) the engine uses every core.
 
+    Other programs are busy too when ``load`` says so: every whole core they keep busy is one
+    thread fewer (at least one thread stays). While the engine holds every core a competitor shows
+    only its share of the core it fights for, so its arrival is seen at about half a core, and once
+    the engine has stepped aside it shows its full use, so the count holds steady until it stops.
+
     ``fixed`` (the user's ``model.n_threads``; 0 = automatic) is never changed. Flags are set from
     any thread without waiting for the engine lock; the engine applies them before its next
-    native call (between prompt chunks and tokens).
+    native call (between prompt chunks and tokens). ``load=None`` leaves other programs out.
     """
 
-    def __init__(self, fixed: int = 0) -> None:
+    def __init__(self, fixed: int = 0, load: OtherLoad | None = None) -> None:
         self.fixed = fixed
+        self.load = load
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}  # reason -> how many holders (two judges may share a policy)
+        if load is not None:
+            load.cores()  # the first sample: the window up to the first reply starts now
+
+    @classmethod
+    def for_app(cls, n_threads: int) -> ThreadBudget:
+        """The app's budget for ``model.n_threads``: fixed, or automatic with other programs measured."""
+        return cls(fixed=n_threads, load=None if n_threads else OtherLoad())
 
     def set_busy(self, reason: str, busy: bool) -> None:
         with self._lock:
@@ -75,7 +91,10 @@ class ThreadBudget:
         """The thread count to use now; None when the user fixed it (leave the context as loaded)."""
         if self.fixed:
             return None
-        return default_threads() if self.busy else all_threads()
+        n = default_threads() if self.busy else all_threads()
+        if self.load is not None:
+            n = min(n, all_threads() - self.load.busy_cores())
+        return max(1, n)
 
     def apply(self, llm) -> None:
         """Give ``llm``'s (a ``llama_cpp.Llama``) context the count wanted now; call under the engine lock

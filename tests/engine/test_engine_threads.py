@@ -2,19 +2,26 @@
 
 A real llama.cpp engine on the demo model; the thread counts are read back from llama.cpp's
 context, not from the Python side's bookkeeping. The trainer launch is a stand-in process (the
-real trainer is exercised in test_trainer.py): what matters here is the flag around it.
+real trainer is exercised in test_trainer.py): what matters here is the flag around it. The
+flag tests leave other programs' CPU use out (``threads.load = None``: a busy neighbour on the
+test machine must not decide them); the tests at the end put it back, with a real busy process.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from clawdesk.config import JudgeConfig
 from clawdesk.engine import Engine, SamplingParams
-from clawdesk.engine.threads import all_threads, default_threads
+from clawdesk.engine.cpu_load import OtherLoad, niced
+from clawdesk.engine.threads import ThreadBudget, all_threads, default_threads
 from clawdesk.judge.runner import Judge
 from clawdesk.judge.vote import NextState
 from clawdesk.models import DEMO_NAME, resolve_model
@@ -31,6 +38,8 @@ needs_two_cores = pytest.mark.skipif(
 def auto_engine(demo_gguf):
     """An engine with ``model.n_threads = 0`` (automatic), unlike the session's fixed one."""
     eng = Engine.load(resolve_model(DEMO_NAME, Path("/nonexistent"), explicit=True), sha256="test-sha", n_ctx=512)
+    assert isinstance(eng.threads.load, OtherLoad)  # automatic threads measure other programs
+    eng.threads.load = None  # the flag tests: see the module docstring
     yield eng
     eng.close()
 
@@ -180,3 +189,52 @@ def test_clawdesk_ask_has_no_background_work(auto_engine):
     assert auto_engine.threads.wanted() == all_threads()
     _reply(auto_engine)
     assert auto_engine.context_threads() == (all_threads(), all_threads())
+
+
+def test_only_automatic_threads_measure_other_programs():
+    assert isinstance(ThreadBudget.for_app(0).load, OtherLoad)
+    fixed = ThreadBudget.for_app(2)
+    assert fixed.load is None and fixed.wanted() is None
+
+
+@needs_two_cores
+def test_a_busy_program_takes_a_thread_and_gives_it_back_when_it_stops(auto_engine):
+    """A real busy process beside the engine: one thread fewer while it runs, every core after."""
+    auto_engine.threads.load = load = OtherLoad(interval=0.5)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        load.cores()  # the window starts
+        time.sleep(2.0)  # a window in which it ran the whole time
+        assert load.cores() > 0.6
+        _reply(auto_engine)
+        assert auto_engine.context_threads() == (all_threads() - 1, all_threads() - 1)
+        with auto_engine.threads.busy_while("trainer"):  # the app's own flag still counts too
+            _reply(auto_engine)
+            assert auto_engine.context_threads()[0] == min(default_threads(), all_threads() - 1)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    try:
+        time.sleep(2.0)  # a window without it
+        _reply(auto_engine)
+        assert auto_engine.context_threads() == (all_threads(), all_threads())
+    finally:
+        auto_engine.threads.load = None
+
+
+@needs_two_cores
+@pytest.mark.skipif(niced(), reason="this process is niced itself: niced work counts as its equal")
+def test_a_niced_busy_program_leaves_the_engine_every_core(auto_engine):
+    """Lower-priority work yields to the chat, and 2 threads beat 1 beside it (bench/sec_contention.py)."""
+    auto_engine.threads.load = load = OtherLoad(interval=0.5)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    os.setpriority(os.PRIO_PROCESS, spinner.pid, 10)
+    try:
+        load.cores()
+        time.sleep(2.0)
+        _reply(auto_engine)
+        assert auto_engine.context_threads() == (all_threads(), all_threads())
+    finally:
+        spinner.kill()
+        spinner.wait()
+        auto_engine.threads.load = None
