@@ -39,7 +39,7 @@ class ModelConfig:
 
     name: str = "qwen3-4b"  # a known name (see clawdesk.models) or a path to a .gguf
     n_ctx: int = 8192
-    n_threads: int = 0  # fixed thread count; 0 = automatic: every core, fewer while the trainer or other programs compute
+    n_threads: int = 0  # fixed count; 0 = automatic: every core, fewer while the trainer or other programs compute
     n_gpu_layers: int = -1  # -1 = all layers on the GPU when llama.cpp was built with one
     seed: int = 1234
 

@@ -20,6 +20,7 @@ the estimate stays 0: the budget then follows the app's own flags only, as befor
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -96,8 +97,7 @@ class OtherLoad:
         self.interval = interval
         self.cpus = frozenset(cpus) if cpus is not None else _affinity()
         if busy_ticks is None:
-            with_nice = niced()
-            busy_ticks = lambda cpus: read_busy_ticks(cpus, with_nice=with_nice)  # noqa: E731
+            busy_ticks = functools.partial(read_busy_ticks, with_nice=niced())
         self._busy_ticks = busy_ticks
         self._own_seconds = own_seconds
         self._clock = clock
