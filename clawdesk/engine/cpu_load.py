@@ -11,8 +11,9 @@ process's own CPU time, over the time since the last sample, in cores. Steal tim
 running other VMs) and I/O wait are not "busy": they take no core from us that a smaller thread
 count would give back. Nor is work at a lower priority (``nice`` > 0: backups, indexers, niced
 builds) unless this process is niced itself: the kernel gives our threads their cores back, and
-every core stays faster beside it (``bench/sec_contention.py``: beside a busy loop at nice 10, 2
-threads decoded 82–86 tok/s, 1 thread 69–72; beside one at nice 0, 24–30 against 63–72).
+every core stays faster beside it (``bench/sec_contention.py``, medians in docs/benchmarks.md:
+beside a busy loop at nice 10, 2 threads decoded 84.8 tok/s, 1 thread 68.2; beside one at nice 0,
+26.7 against 57.4).
 /proc/stat does not say *how* nice, so a program at nice 1–4, which competes almost as an equal,
 is left out too. Where ``/proc/stat`` is missing (macOS, Windows) nothing is measured and
 the estimate stays 0: the budget then follows the app's own flags only, as before.

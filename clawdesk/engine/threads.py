@@ -91,9 +91,10 @@ class ThreadBudget:
         """The thread count to use now; None when the user fixed it (leave the context as loaded)."""
         if self.fixed:
             return None
-        n = default_threads() if self.busy else all_threads()
+        cores = all_threads()  # one affinity call per native call, not two
+        n = default_threads() if self.busy else cores
         if self.load is not None:
-            n = min(n, all_threads() - self.load.busy_cores())
+            n = min(n, cores - self.load.busy_cores())
         return max(1, n)
 
     def apply(self, llm) -> None:
