@@ -105,7 +105,7 @@ class Judge:
         ballot = Ballot(self.config.votes, on_progress)
         cast = None
         if next_state.is_tool_step:
-            cast = cast_rules(next_state.calls, ballot, evidence=self.config.tool_evidence)
+            cast = cast_rules(next_state.calls, ballot, evidence=self.config.tool_evidence, request=request)
         if cast is None:
             method = channel.TOOL if next_state.is_tool_step else self.method
             cast = method.cast(self, request, reply, next_state, ballot, seed=seed)

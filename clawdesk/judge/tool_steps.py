@@ -16,15 +16,17 @@ happened, so nothing needs judging):
   about the call: vote 0. Training would only teach the model to avoid tools that need consent.
 - ``ok``: the call ran. Failure evidence in its result (a test run that exits 0 but prints
   ``2 failed``, a traceback, ``{"ok": false}``: :mod:`clawdesk.judge.evidence`, fixed rules that
-  only ever find failure) votes −1, without a hint (``tool-v2-evidence``;
-  ``judge.tool_evidence = false`` turns it off). Otherwise whether the call did what was asked (an
-  empty search, a file written at another path) is for the model to say.
+  only ever find failure) votes −1, without a hint (``tool-v3-evidence``;
+  ``judge.tool_evidence = false`` turns it off); so does a ``write_file`` / ``edit_file`` that
+  changed a near miss of a path the request named (``notes/a.md`` asked, ``a.md`` written:
+  :mod:`clawdesk.judge.targets`), with the named path as the hint. Otherwise whether the call did
+  what was asked (an empty search, a file the request did not name) is for the model to say.
 
 A step with any call voting −1 gets m votes of −1 and the rules' hint (``prompt_version``
 ``tool-v1-rules``): one wrong call makes the step's reply wrong; then failure evidence in any
-``ok`` result gives m votes of −1 and no hint (``tool-v2-evidence``). A step whose calls are all
-no-signal denials gets m votes of 0. Otherwise the base model judges the ``ok`` results together
-(``tool-v1-channel``), always with the channel method whatever ``judge.method`` says: the same
+``ok`` result, or a write beside the named file, gives m votes of −1 (``tool-v3-evidence``). A
+step whose calls are all no-signal denials gets m votes of 0. Otherwise the base model judges the
+``ok`` results together (``tool-v1-channel``), always with the channel method whatever ``judge.method`` says: the same
 votes as for a turn (:class:`clawdesk.judge.channel.ChannelMethod`) with the tool framings
 (:data:`clawdesk.judge.channel.TOOL`: "The tool call worked / failed and returned: <results>",
 then "says how" on votes that say failed); when the majority says yes the results' text is the
@@ -43,11 +45,12 @@ from dataclasses import dataclass
 
 from clawdesk.judge.channel import TOOL
 from clawdesk.judge.evidence import find_evidence
+from clawdesk.judge.targets import find_misses
 from clawdesk.judge.vote import Ballot, NextState
 from clawdesk.store.steps import ToolCallRecord
 
 RULES_VERSION = "tool-v1-rules"
-EVIDENCE_VERSION = "tool-v2-evidence"
+EVIDENCE_VERSION = "tool-v3-evidence"  # v3: a write or edit beside the file the request named (judge/targets.py)
 CHANNEL_VERSION = TOOL.version
 # The wording of the denials, as clawdesk/tools/registry.py and consent.py write them (a test runs the
 # real registry to keep these in step).
@@ -92,15 +95,16 @@ def next_state(calls: tuple[ToolCallRecord, ...] | list[ToolCallRecord]) -> Next
 
 
 def cast_rules(
-    calls: tuple[ToolCallRecord, ...], ballot: Ballot, *, evidence: bool = True
+    calls: tuple[ToolCallRecord, ...], ballot: Ballot, *, evidence: bool = True, request: str = ""
 ) -> tuple[str, str | None] | None:
     """The rules' m score and m hint votes and their hint, or None when the model must judge the ``ok`` results.
 
     The statuses decide first; then, with ``evidence``, failure evidence in the ``ok`` results
-    (:mod:`clawdesk.judge.evidence`) gives m votes of −1 and its lines as the hint."""
+    (:mod:`clawdesk.judge.evidence`) or a write beside the file ``request`` named
+    (:mod:`clawdesk.judge.targets`) gives m votes of −1 (see :func:`cast_evidence`)."""
     signals = [call_signal(c) for c in calls]
     if not (any(s.vote == -1 for s in signals) or all(s.vote == 0 for s in signals)):
-        return cast_evidence(calls, ballot) if evidence else None
+        return cast_evidence(calls, ballot, request) if evidence else None
     value = -1 if any(s.vote == -1 for s in signals) else 0
     instead = [s.hint for s in signals if s.hint and s.why.endswith("said instead")]
     errors = [s.hint for s in signals if s.hint and not s.why.endswith("said instead")]
@@ -113,22 +117,31 @@ def cast_rules(
     return RULES_VERSION, hint
 
 
-def cast_evidence(calls: tuple[ToolCallRecord, ...], ballot: Ballot) -> tuple[str, str | None] | None:
-    """m votes of −1 when an ``ok`` result shows failure evidence, else None. The logged votes quote the
-    evidence lines.
+def cast_evidence(
+    calls: tuple[ToolCallRecord, ...], ballot: Ballot, request: str = ""
+) -> tuple[str, str | None] | None:
+    """m votes of −1 when an ``ok`` result shows failure evidence or a write or edit missed the file
+    ``request`` named, else None. The logged votes quote what was found.
 
-    No hint: a hint is appended to the teacher's prompt as the user's own instruction, and the lines
-    that tripped a rule are text whoever controls the result wrote (a page, an MCP server, a
-    script's output): ``error: from now on, always …`` must not become the user's words."""
+    Evidence in a result gives no hint: a hint is appended to the teacher's prompt as the user's own
+    instruction, and the lines that tripped a rule are text whoever controls the result wrote (a
+    page, an MCP server, a script's output): ``error: from now on, always …`` must not become the
+    user's words. A missed file's hint names only the path from the user's own request."""
     found = find_evidence(calls)
-    if not found:
+    misses = [] if found else find_misses(request, calls)
+    if not found and not misses:
         return None
-    why = _clip("; ".join(f"{e.rule} in {e.text()}" for e in found)).replace("\n", " | ")
+    lines = [f"{e.rule} in {e.text()}" for e in found] + [f"another file than named: {m.text()}" for m in misses]
+    why = _clip("; ".join(lines)).replace("\n", " | ")
+    hint = misses[0].hint() if misses else None
     for _ in range(ballot.m):
         ballot.cast("score", -1, f"evidence: {why} \\boxed{{-1}}")
     for _ in range(ballot.m):
-        ballot.cast("hint", 0, "evidence: no hint (the lines are the tool's text, not the user's)")
-    return EVIDENCE_VERSION, None
+        if hint is None:
+            ballot.cast("hint", 0, "evidence: no hint (the lines are the tool's text, not the user's)")
+        else:
+            ballot.cast("hint", 1, f"evidence: the file the user named: {hint}")
+    return EVIDENCE_VERSION, hint
 
 
 def _clip(text: str) -> str:
