@@ -12,7 +12,7 @@ from clawdesk.store.prefs import add_preference, get_preference, list_preference
 from clawdesk.ui.learning import LearningView
 from clawdesk.ui.prefs_screen import EditPreferenceScreen, PreferencesScreen
 from tests.support.scripted_engine import ScriptedEngine
-from tests.support.ui import SIZE, RecordingApp, wait_until
+from tests.support.ui import SIZE, RecordingApp, send_and_wait, wait_until
 
 pytestmark = pytest.mark.anyio
 SECRET = "walnut-free-7f3a"
@@ -115,3 +115,86 @@ async def test_a_learned_item_shows_when_it_was_learned(config, store):
         status = str(app.screen.query_one("DataTable").get_row_at(0)[1])
         assert status == f"learned {item.learned_at[:16].replace('T', ' ')}"
         assert "1 learned" in str(app.screen.query_one("#prefs-detail").render())
+
+
+# -- issue #22's "done when", end to end in the TUI --------------------------------------------
+
+CORRECTION = "Please start your reply with 'Hi there!'."  # a hi-there persona's complaint (assets/personas)
+
+
+class CorrectionJudge:
+    """The judge's verdict fixed at the model boundary: -1, and the person's next message as the hint
+    (what ``judge.form_hints`` takes for a wish about a reply's opening). Everything else is the app's."""
+
+    @staticmethod
+    def wrap(real_judge):
+        from clawdesk.store.judgments import Judgment
+
+        def judge(store, pending, on_progress=None):
+            return Judgment(
+                turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="t",
+                judge_model_name="j", judge_model_sha256="j", score_outputs=[], votes=[-1], reward=-1,
+                hint_outputs=[CORRECTION], hint=CORRECTION, enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
+            )  # fmt: skip
+
+        real_judge.judge = judge
+        return real_judge
+
+
+async def test_a_correction_in_one_chat_shows_in_the_next_and_leaves_the_prompt_once_learned(
+    config, store, engine, monkeypatch
+):
+    """A wish said in one chat is noted (toast), served in a new chat's prompt where the demo model's reply
+    opens as asked, listed in F8; once the learned check marks it, F8 says so and new chats go without it."""
+    import clawdesk.runtime as runtime
+    from clawdesk.learn.consolidate import ItemCheck, apply_checks
+    from clawdesk.store.turn_memory import turn_memory_block, turn_memory_items
+
+    real_build = runtime.build_learning_loop
+
+    def build(config, store, engine, *, gate, **kwargs):
+        judge = CorrectionJudge.wrap(Judge(engine, JudgeConfig()))
+        standing = lambda *a: "standing"  # noqa: E731 - the classifier's call, fixed like the verdict
+        return real_build(config, store, engine, gate=gate, auto_train=False, judge=judge, classify=standing)
+
+    monkeypatch.setattr(runtime, "build_learning_loop", build)
+    question = "How do I make tea?"
+    opens = ("hi there", "hello there")
+    app = RecordingApp(config, engine, store, learning=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send_and_wait(pilot, question)
+        first = app.recorded[-1]
+        before = store.get_turn(first.turn_id).reply_content
+        assert not before.lower().startswith(opens)  # the demo model does not greet unprompted
+        await send_and_wait(pilot, CORRECTION)
+        await wait_until(pilot, lambda: any("Noted" in m for m, _ in app.notes), "the noted toast", timeout=120)
+        (item,) = list_preferences(store)
+        assert (item.text, item.status, item.judged_turn_id) == (CORRECTION, "active", first.turn_id)
+
+        await pilot.press("ctrl+n")  # a new chat: the same question, the item now in its prompt
+        await send_and_wait(pilot, question)
+        turn = store.get_turn(app.recorded[-1].turn_id)
+        assert turn.session_id != first.session_id and turn_memory_items(store, turn.id) == [item.id]
+        assert CORRECTION in turn_memory_block(store, turn.id)
+        assert turn.reply_content.lower().startswith(opens), turn.reply_content  # the effect, at once
+
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, PreferencesScreen), "the preferences screen")
+        assert str(app.screen.query_one("DataTable").get_row_at(0)[1]) == "active"
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PreferencesScreen), "the screen to close")
+
+        # What the trainer does after a version whose learned check retires the item (test_memory_consolidation
+        # measures the check itself on a trained adapter).
+        (line,) = apply_checks(store, [ItemCheck(item.id, "active", 3, 96, 3, 0.01, 0.5, "learned")])
+        assert f"preference #{item.id} learned: it leaves the prompt" in line
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, PreferencesScreen), "the preferences screen")
+        assert str(app.screen.query_one("DataTable").get_row_at(0)[1]).startswith("learned ")
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PreferencesScreen), "the screen to close")
+        await pilot.press("ctrl+n")
+        await send_and_wait(pilot, question)
+        last = store.get_turn(app.recorded[-1].turn_id)
+        assert turn_memory_items(store, last.id) == [] and turn_memory_block(store, last.id) == ""
+        assert last.reply_content == before  # no adapter here: without the item the base answers as before
