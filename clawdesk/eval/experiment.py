@@ -205,6 +205,14 @@ class Experiment:
     _memory: Any = None  # [memory hook] the run's clawdesk.eval.memory.MemoryRun
 
     def run(self) -> dict[str, Any]:
+        """The whole run (result.json's keys), holding ``out_dir`` so that a second eval cannot delete its data dir."""
+        claim = claim_out_dir(self.out_dir)
+        try:
+            return self._run()
+        finally:
+            claim.close()
+
+    def _run(self) -> dict[str, Any]:
         from clawdesk.agent import AgentService
         from clawdesk.eval.memory import MemoryRun
         from clawdesk.loop.trainers import InProcessTrainer
@@ -441,3 +449,28 @@ class Experiment:
         nll_b = learner.mean_nll(pairs, adapter=False)
         n = sum(len(r) for _, r in pairs)
         return {"ppl_ratio": math.exp(nll_a - nll_b), "nll_adapter": nll_a, "nll_base": nll_b, "n_tokens": float(n)}
+
+
+def claim_out_dir(out_dir: Path):
+    """An exclusive lock on ``<out_dir>/.eval.lock`` (an open file; closing it, or the process ending, lets go),
+    or an :class:`InputError`. A run starts from a fresh data dir in ``out_dir`` (:meth:`Experiment.run_config`
+    deletes the last one), so a second eval given the same ``--out`` while one runs would delete the running
+    one's database and adapters under it (measured: it did, before this lock). Where ``fcntl`` is missing
+    (Windows) nothing is locked."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(out_dir / ".eval.lock", "w")  # noqa: SIM115 -- held for the whole run
+    except OSError as exc:
+        raise InputError(f"cannot write to --out {out_dir} ({exc}); choose a directory you can write") from exc
+    try:
+        import fcntl
+    except ImportError:
+        return handle
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError(
+            f"another clawdesk eval is writing to {out_dir}; wait for it to finish, or give another --out"
+        ) from None
+    return handle

@@ -15,6 +15,7 @@ import pytest
 
 from clawdesk.config import Config
 from clawdesk.engine.prompt import Prompt
+from clawdesk.errors import InputError
 from clawdesk.eval.experiment import METHODS, Agreement, EvalOptions, Experiment, shuffle_signals
 from clawdesk.eval.judge_set import summarize
 from clawdesk.eval.personas import Check, Persona
@@ -200,3 +201,21 @@ def test_the_target_is_counted_from_the_phase_start_and_a_gain_of_0_3_reaches_it
     assert interactions_to_target(phase, 48, None) == 24  # only 0.9 ≥ 0.8
     assert interactions_to_target([[48, 0.9], [56, 0.9]], 48, 0.9) == 0  # already there at its start
     assert interactions_to_target([[48, 0.6], [56, 0.7]], 48, 0.6) is None
+
+
+def test_a_second_eval_into_a_running_one_s_out_dir_is_refused_and_deletes_nothing(tmp_path):
+    """Both would start from a fresh data dir in --out: the second used to delete the running one's (stop 45)."""
+    from clawdesk.eval.experiment import claim_out_dir
+
+    out = tmp_path / "out"
+    (out / "home").mkdir(parents=True)
+    (out / "home" / "clawdesk.db").write_text("the running eval's log")
+    opts = EvalOptions(method="combined", judge="oracle", batch_size=4)
+    running = claim_out_dir(out)  # the eval already writing there
+    try:
+        with pytest.raises(InputError, match=r"another clawdesk eval is writing to .*out; wait for it"):
+            Experiment(Config(home=tmp_path / "user"), Scenario.single(persona(), 4), opts, out).run()
+        assert (out / "home" / "clawdesk.db").read_text() == "the running eval's log"
+    finally:
+        running.close()
+    claim_out_dir(out).close()  # once it is done, the next run may take the dir
