@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.config import Config
+from clawdesk.dirlock import try_lock
 from clawdesk.errors import InputError, TrainError
 from clawdesk.eval.judges import ObservedJudge, OracleJudge, ShuffledJudge, ZeroRewardJudge, shuffle_signals
 from clawdesk.eval.scenarios import TARGET, Phase, Scenario, interactions_to_target, retention
@@ -458,19 +459,9 @@ def claim_out_dir(out_dir: Path):
     one's database and adapters under it (measured: it did, before this lock). Where ``fcntl`` is missing
     (Windows) nothing is locked."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(out_dir / ".eval.lock", "w")  # noqa: SIM115 -- held for the whole run
+        handle = try_lock(out_dir / ".eval.lock")
     except OSError as exc:
         raise InputError(f"cannot write to --out {out_dir} ({exc}); choose a directory you can write") from exc
-    try:
-        import fcntl
-    except ImportError:
-        return handle
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise InputError(
-            f"another clawdesk eval is writing to {out_dir}; wait for it to finish, or give another --out"
-        ) from None
+    if handle is None:
+        raise InputError(f"another clawdesk eval is writing to {out_dir}; wait for it to finish, or give another --out")
     return handle

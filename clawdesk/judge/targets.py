@@ -79,13 +79,13 @@ def find_misses(request: str, calls: Iterable[ToolCallRecord]) -> list[Miss]:
     if not writes or not named:
         return []
     changed = {path for _, path in writes}
+    # A named file the step did change is no miss: its neighbours may be changed on purpose too.
+    untouched = [n for n in named if not any(_same_file(c, [n]) for c in changed)]
     misses = []
     for name, path in writes:
         if _same_file(path, named):
             continue
-        near = next(
-            (n for n in named if not any(_same_file(c, [n]) for c in changed) and _near_miss(name, n, path)), None
-        )
+        near = next((n for n in untouched if _near_miss(name, n, path)), None)
         if near is not None:
             misses.append(Miss(name, near, path))
     return misses

@@ -140,7 +140,7 @@ def cast_evidence(
         if hint is None:
             ballot.cast("hint", 0, "evidence: no hint (the lines are the tool's text, not the user's)")
         else:
-            ballot.cast("hint", 1, f"evidence: the file the user named: {hint}")
+            ballot.cast("hint", 1, f"evidence: a missed file: {hint}")
     return EVIDENCE_VERSION, hint
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from clawdesk.dirlock import try_lock
 from clawdesk.errors import AdapterError, TrainError
 from clawdesk.learn.offline import import_offline
 from clawdesk.private import make_private
@@ -276,22 +277,12 @@ def run_lock(adapters_dir: Path) -> Iterator[None]:
     ``adapter_samples`` still refuses a second use of a turn or step.
     """
     try:
-        adapters_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle = open(adapters_dir / ".train.lock", "w")  # noqa: SIM115 -- held for the whole run
+        handle = try_lock(adapters_dir / ".train.lock")
     except OSError as exc:
         raise TrainError(f"Cannot use the adapters dir {adapters_dir} ({exc}); check its permissions.") from exc
+    if handle is None:
+        raise TrainError(f"Another training run is using {adapters_dir}; wait for it to finish, then try again.")
     try:
-        try:
-            import fcntl
-        except ImportError:
-            fcntl = None
-        if fcntl is not None:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise TrainError(
-                    f"Another training run is using {adapters_dir}; wait for it to finish, then try again."
-                ) from exc
         yield
     finally:
         handle.close()  # closing releases the lock

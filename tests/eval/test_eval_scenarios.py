@@ -59,7 +59,7 @@ def test_a_reply_that_answers_nothing_is_called_out_before_any_check():
     r = phase.react(request, "Keep it short.", 2)  # both checks hold, but it shares no content word
     assert (r.satisfied, r.message, r.hint) == (False, off_topic_message(2), OFF_TOPIC_HINT)
     assert not phase.satisfies("Keep it short.", request)
-    r = phase.react(request, "Green, no x.", 0)  # answers, short holds, no-x fails: its complaint
+    r = phase.react(request, "Green leaves, x.", 0)  # answers, short holds, no-x fails: its complaint
     assert (r.satisfied, r.message, r.hint) == (False, "no-x no", "no-x hint")
     # Held-out scores pair each reply with its own prompt: an off-topic reply scores 0 for its persona.
     short = persona("short", [Check("max_words", value=3)], heldout=("Why is ice slippery?", "Where do owls nest?"))
@@ -77,7 +77,7 @@ def test_a_phase_held_out_set_is_its_personas_held_out_prompts_scored_by_all_che
     assert phase.heldout == ("short h1", "short h2", "no-x h1", "no-x h2")
     assert phase.hint == "short hint no-x hint"
     # Each reply must share a content word with its prompt: "short h1" asks about "short", "no-x h2" about "2".
-    replies = ["short: ok", "a long reply of many words", "x", "fine, 2"]
+    replies = ["short, fine", "a long reply of many words", "x", "fine, 2"]
     assert phase.own_scores(replies) == {"short": 0.5, "no-x": 0.5}
     assert [phase.satisfies(r, ANY) for r in replies] == [True, False, False, True]
     with pytest.raises(ValueError, match="3 replies for 4"):
@@ -88,7 +88,7 @@ def test_retention_is_the_own_score_of_earlier_personas_still_active_at_the_end(
     scenario = Scenario("s", "", (Phase((SHORT,), 4), Phase((NO_X, SHORT), 4)))
     assert scenario.starts() == [0, 4] and scenario.total == 8 and scenario.retained() == ["short"]
     # Last phase's held-out order: no-x's, then short's.
-    assert retention(scenario, ["x", "x", "short ok", "a reply far too long"]) == {"short": 0.5}
+    assert retention(scenario, ["x", "x", "short and fine", "a reply far too long"]) == {"short": 0.5}
     reversed_ = Scenario("r", "", (Phase((SHORT,), 4), Phase((NO_X,), 4)))
     assert reversed_.retained() == [] and retention(reversed_, ["ok", "ok"]) == {}
 
@@ -227,8 +227,9 @@ def test_shipped_scenarios_cover_added_reversed_and_stacked_preferences():
     reversed_ = any(len(p) >= 2 and not set(p[0]) & set(p[1]) for p in phases)
     from_start = any(len(p[0]) >= 2 for p in phases)
     assert added and reversed_ and from_start
-    # A persona the model never shows unprompted sits in a stacked phase of some scenario.
-    assert any(len(ph.personas) >= 2 and "hi-there" in ph.names for s in scenarios.values() for ph in s.phases)
+    # Both personas the model never shows unprompted sit in a stacked phase of some scenario.
+    stacked = {name for s in scenarios.values() for ph in s.phases if len(ph.personas) >= 2 for name in ph.names}
+    assert {"hi-there", "follow-up"} <= stacked
 
 
 def test_the_opposite_personas_disagree_on_every_reply():

@@ -21,6 +21,15 @@ def test_a_reply_addresses_a_request_when_they_share_a_content_word():
     assert addresses("Explain it.", "Anything at all.")  # a request with no content word: nothing to share
 
 
+def test_a_reply_that_only_repeats_the_request_answers_nothing():
+    """An echo of the question ends with the "?" a follow-up user wants; it is still no answer."""
+    assert not addresses("How can I learn to cook better?", "How can I learn to cook better?")
+    assert not addresses("How do I stay motivated to exercise?", "How do you stay motivated to exercise?")
+    assert not addresses("How do I learn to draw?", "How do I learn to draw?\n\nHow do you learn to draw?")
+    assert addresses("How do I learn to draw?", "Sketch every day. What do you like to draw?")  # one new word is enough
+    assert addresses("What is the capital of France?", "Paris is the capital of France.")
+
+
 def test_the_off_topic_message_cycles_and_its_hint_is_a_one_off_for_the_oracle():
     assert [off_topic_message(i) for i in range(4)] == [*OFF_TOPIC_MESSAGES, OFF_TOPIC_MESSAGES[0]]
     assert oracle_classifier(OFF_TOPIC_HINT, "How do owls hunt?", OFF_TOPIC_MESSAGES[0]) == "one-off"

@@ -35,7 +35,7 @@ from clawdesk.preferences import (
 )
 from clawdesk.store import NewTurn, Store, now_iso
 from clawdesk.store.forget import forget_all, forget_session, forget_turn
-from clawdesk.store.judgments import Judgment, set_veto
+from clawdesk.store.judgments import set_veto
 from clawdesk.store.prefs import (
     PREF_MAX_CHARS,
     active_preferences,
@@ -54,6 +54,7 @@ from clawdesk.store.prefs import (
     restore_preference,
     same_topic,
 )
+from tests.support.verdicts import hinted_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "zebracorn"
@@ -256,11 +257,7 @@ class HintingJudge(Judge):
     hint = "Please never use bullet lists."
 
     def judge(self, store, pending, on_progress=None):
-        return Judgment(
-            turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="t", judge_model_name="j",
-            judge_model_sha256="j", score_outputs=[], votes=[-1], reward=-1, hint_outputs=[self.hint],
-            hint=self.hint, enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
-        )  # fmt: skip
+        return hinted_verdict(pending, self.hint)
 
 
 def test_the_judge_notes_a_standing_hint_and_says_so_in_its_event(engine, store):

@@ -13,6 +13,7 @@ from clawdesk.ui.learning import LearningView
 from clawdesk.ui.prefs_screen import EditPreferenceScreen, PreferencesScreen
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.ui import SIZE, RecordingApp, send_and_wait, wait_until
+from tests.support.verdicts import hinted_verdict
 
 pytestmark = pytest.mark.anyio
 SECRET = "walnut-free-7f3a"
@@ -128,14 +129,8 @@ class CorrectionJudge:
 
     @staticmethod
     def wrap(real_judge):
-        from clawdesk.store.judgments import Judgment
-
         def judge(store, pending, on_progress=None):
-            return Judgment(
-                turn_id=pending.turn.id, next_turn_id=pending.next_turn_id, prompt_version="t",
-                judge_model_name="j", judge_model_sha256="j", score_outputs=[], votes=[-1], reward=-1,
-                hint_outputs=[CORRECTION], hint=CORRECTION, enhanced_user=None, enhanced_prompt_ids=None, seconds=0.0,
-            )  # fmt: skip
+            return hinted_verdict(pending, CORRECTION)
 
         real_judge.judge = judge
         return real_judge
