@@ -53,7 +53,7 @@ def addresses(request: str, reply: str) -> bool:
 
     A request with no content word passes any reply. A reply whose content words all come from the
     request only restates it: "How can I learn to cook better?" back to that very question ends with
-    the question mark a ``follow-up`` user wants, and training on the ``follow-up`` persona made 11 of
+    the question mark a ``follow-up`` user wants, and training on the ``follow-up`` persona made 13 of
     48 replies such echoes before this rule (stop 46, docs/learning.md).
     """
     asked, said = content_words(request), content_words(reply)

@@ -227,9 +227,8 @@ def test_shipped_scenarios_cover_added_reversed_and_stacked_preferences():
     reversed_ = any(len(p) >= 2 and not set(p[0]) & set(p[1]) for p in phases)
     from_start = any(len(p[0]) >= 2 for p in phases)
     assert added and reversed_ and from_start
-    # Both personas the model never shows unprompted sit in a stacked phase of some scenario.
-    stacked = {name for s in scenarios.values() for ph in s.phases if len(ph.personas) >= 2 for name in ph.names}
-    assert {"hi-there", "follow-up"} <= stacked
+    # A persona the model never shows unprompted sits in a stacked phase of some scenario.
+    assert any(len(ph.personas) >= 2 and "hi-there" in ph.names for s in scenarios.values() for ph in s.phases)
 
 
 def test_the_opposite_personas_disagree_on_every_reply():
