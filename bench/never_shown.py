@@ -18,10 +18,8 @@ About 20 s per candidate at one thread on an idle core.
 from __future__ import annotations
 
 import argparse
-import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 QUESTION = {"kind": "regex_present", "pattern": r"\?\s*$"}
 TEN_WORDS = {"kind": "min_words", "value": 10}
 NOT_SELF = {"kind": "regex_absent", "pattern": r"(?i)\b(I'm|I am|my name is|named)\s+Sam\b"}  # the user is Sam
@@ -38,10 +36,10 @@ def ends(phrase: str) -> list[dict]:
     return [{"kind": "regex_present", "pattern": rf"{phrase}\s*$"}]
 
 
-# name: (the shipped persona whose prompts it uses, checks, hint). `follow-up` asks for recommendations,
-# `hi-there` asks how-to and what-is questions.
-CANDIDATES: dict[str, tuple[str, list[dict], str]] = {
-    "follow-up": ("follow-up", [QUESTION], "End your answer with a short, relevant question back to the user."),
+# name: (the shipped persona whose prompts it uses, checks, hint); None keeps the persona's own.
+# `follow-up` asks for recommendations, `hi-there` asks how-to and what-is questions.
+CANDIDATES: dict[str, tuple[str, list[dict] | None, str | None]] = {
+    "follow-up": ("follow-up", None, None),  # the shipped persona as it is
     "F1": (
         "follow-up",
         [QUESTION],
@@ -63,7 +61,7 @@ CANDIDATES: dict[str, tuple[str, list[dict], str]] = {
         [QUESTION],
         "Answer in two sentences. Your last sentence must be a question asking what the user has already tried.",
     ),
-    "hi-there": ("hi-there", opens("Hi there!"), "Begin your reply with the exact words 'Hi there!' and then answer."),
+    "hi-there": ("hi-there", None, None),
     "H1": ("hi-there", opens("Hi there!"), "Write 'Hi there!' and then a full answer of at least two sentences."),
     "H2": (
         "hi-there",
@@ -117,7 +115,7 @@ CANDIDATES: dict[str, tuple[str, list[dict], str]] = {
 
 def main() -> None:
     from clawdesk.config import ChatConfig
-    from clawdesk.eval.personas import parse_persona
+    from clawdesk.eval.personas import find_asset, parse_persona, read_toml
     from clawdesk.eval.scenarios import Scenario
     from clawdesk.eval.scoring import Scorer
     from clawdesk.testing.demo_engine import demo_engine
@@ -140,8 +138,10 @@ def main() -> None:
     try:
         for name in names:
             source, checks, hint = CANDIDATES[name]
-            raw = tomllib.loads((ROOT / "assets" / "personas" / f"{source}.toml").read_text(encoding="utf-8"))
-            raw.update(name=name, check=checks, feedback=dict(raw["feedback"], hint=hint))
+            raw = read_toml(find_asset(source, "persona"), "persona")
+            raw["name"] = name
+            if checks is not None:
+                raw.update(check=checks, feedback=dict(raw["feedback"], hint=hint))
             persona = parse_persona(raw, Path(f"{name}.toml"))
             scorer = Scorer(engine, Scenario.single(persona, 16).phases[0], system, args.max_tokens)
             if source not in base_replies:
@@ -151,7 +151,7 @@ def main() -> None:
             base = sum(persona.satisfies(r, q) for r, q in pairs) / len(persona.heldout)
             with_hint = scorer.score(hint=True)
             rows.append((name, with_hint))
-            print(f"| {name} | `{source}` | {base:.2f} | {with_hint:.2f} | {hint} |", flush=True)
+            print(f"| {name} | `{source}` | {base:.2f} | {with_hint:.2f} | {persona.hint} |", flush=True)
             replies = zip(persona.heldout, scorer.last_replies, strict=True)
             shown += [(name, q, r, persona.satisfies(r, q)) for q, r in list(replies)[: args.show]]
     finally:
