@@ -185,6 +185,10 @@ class TrainConfig:
     # n >= 2: no OPD advantage for reply tokens inside an n-token run that only the teacher's prompt
     # has (the hint's words written back: learn/copy_mask.py); 0 = off.
     opd_copy_ngram: int = 0
+    # On a sample with a positive reward the OPD advantage only adds (max(teacher − old, 0)): a teacher
+    # less sure of a satisfied reply than the student is does not pull the student back toward it
+    # (objective.combined_loss; measured on `brief`: docs/learning.md, stop 47).
+    opd_keep_satisfied: bool = False
 
     def __post_init__(self) -> None:
         _check(

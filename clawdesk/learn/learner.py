@@ -363,6 +363,7 @@ class Learner:
         loss, m = combined_loss(
             logp, old_k, teacher_t, ref_t, reward, has_hint, mask,
             w_binary=cfg.w_binary, w_opd=cfg.w_opd, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=cfg.beta_kl,
+            keep_satisfied=cfg.opd_keep_satisfied,
         )  # fmt: skip
         (loss * (len(batch) / len(samples))).backward()  # Σ over micro-batches = mean over the batch
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)

@@ -10,7 +10,8 @@ levers (docs/learning.md, "Levers"): :func:`centered_reward` (a batch baseline),
 
 For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
 
-    A[b,t]   = w_binary·reward[b] + w_opd·has_hint[b]·(teacher_logp[b,t] − old_logp[b,t])
+    D[b,t]   = teacher_logp[b,t] − old_logp[b,t]            (max(D, 0) where reward[b] > 0 and keep_satisfied)
+    A[b,t]   = w_binary·reward[b] + w_opd·has_hint[b]·D[b,t]
     ρ[b,t]   = exp(logp[b,t] − old_logp[b,t])
     pg[b,t]  = −min(ρ·A, clip(ρ, 1 − eps, 1 + eps_high)·A)
     kl[b,t]  = exp(ref_logp − logp) − (ref_logp − logp) − 1          (k3 estimator, ≥ 0)
@@ -44,6 +45,7 @@ def combined_loss(
     eps: float = 0.2,
     eps_high: float = 0.28,
     beta_kl: float = 0.02,
+    keep_satisfied: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Combined Binary-RL + OPD clipped policy loss with a k3 KL penalty to the reference.
 
@@ -58,6 +60,12 @@ def combined_loss(
     - ``has_hint``: whether the sample has an accepted hint (OPD signal), ``(B,)`` bool.
     - ``mask``: which positions are reply tokens, ``(B, T)`` bool or float. A float mask is used as
       non-negative per-token weights (0/1 is the usual case).
+    - ``keep_satisfied``: on a sample with ``reward`` > 0 the OPD term only adds (``max(D, 0)``). A
+      teacher less sure of a reply the user was satisfied with than the student already is would
+      otherwise pull the student back to the teacher, and the base teacher (with the preference item)
+      stops a short reply with lower probability than a student that learned to: on `brief` its
+      advantage at the end token of satisfied replies was −0.4 to −3 nats once the first version had
+      learned to stop, and the adapter's own replies grew back (docs/learning.md, stop 47).
 
     Values at masked-out positions never reach the loss or the gradient, even if they are
     ``inf`` or ``nan`` (padding often is). A sample with no reply tokens contributes nothing; if
@@ -91,7 +99,10 @@ def combined_loss(
     hinted = has_hint.detach() != 0  # (B,) bool
     h = hinted.to(dtype)[:, None]  # (B, 1)
 
-    opd = w_opd * h * (teacher - old)  # (B, T) on-policy distillation advantage
+    gap = teacher - old  # (B, T)
+    if keep_satisfied:  # the teacher may add to a satisfied reply, never take from it
+        gap = torch.where(r > 0, gap.clamp_min(0.0), gap)  # (B, T)
+    opd = w_opd * h * gap  # (B, T) on-policy distillation advantage
     adv = w_binary * r + opd  # (B, T)
 
     ratio = torch.exp(lp - old)  # (B, T)

@@ -1,6 +1,8 @@
 """The levers' loss terms (objective.py): identities and hand-computed gradients, on plain tensors.
 
 - the batch baseline: an all-+1 batch without hints gives exactly zero gradient through the binary term;
+- keep_satisfied: on a +1 sample a teacher below the old policy gives no OPD term, one above it the usual
+  one, and a −1 or unjudged sample is untouched;
 - context distillation: at ratio 1 the gradient is −w/n per token with w = min(π_T/π_served, max_weight);
   the PPO clip stops a token's push; padding never leaks;
 - the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1;
@@ -83,6 +85,34 @@ def test_with_the_baseline_a_hinted_all_minus_one_batch_keeps_only_the_opd_signa
     opd_only, _ = combined_loss(**{**b, "reward": torch.zeros(3)}, beta_kl=0.0)
     assert loss.item() == pytest.approx(opd_only.item(), abs=1e-7)
     assert loss.item() != pytest.approx(combined_loss(**b, beta_kl=0.0)[0].item(), abs=1e-3)
+
+
+def test_keep_satisfied_floors_the_opd_gap_only_on_satisfied_samples():
+    b = _binary_batch([1.0, 1.0, -1.0, 0.0], [True, True, True, True], seed=3)
+    b["teacher_logp"] = b["old_logp"].clone()
+    b["teacher_logp"][0] -= 1.5  # the teacher less sure of a satisfied reply than the student
+    b["teacher_logp"][1] += 0.7  # ... more sure of it
+    b["teacher_logp"][2] -= 1.5  # a −1 reply the teacher dislikes more
+    b["teacher_logp"][3] -= 0.4  # an unjudged one
+    # what keep_satisfied should equal: sample 0's teacher raised to the old policy, the rest as given
+    want = {**b, "teacher_logp": b["teacher_logp"].clone()}
+    want["teacher_logp"][0] = b["old_logp"][0]
+    loss, m = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied=True)
+    ref_loss, ref_m = combined_loss(**{**want, "logp": b["logp"].detach()})
+    assert loss.item() == pytest.approx(ref_loss.item(), abs=1e-6)
+    assert m["opd_adv_mean"] == pytest.approx(ref_m["opd_adv_mean"], abs=1e-6)
+    # the floor acts: without it, sample 0's teacher lowers the mean OPD advantage
+    off = combined_loss(**{**b, "logp": b["logp"].detach()})[1]
+    assert off["opd_adv_mean"] == pytest.approx(m["opd_adv_mean"] - 1.5 / 4, abs=1e-5)
+    assert m["opd_adv_mean"] == pytest.approx((0.0 + 0.7 - 1.5 - 0.4) / 4, abs=1e-5)
+
+
+def test_keep_satisfied_changes_nothing_where_the_teacher_is_at_or_above_the_old_policy():
+    b = _binary_batch([1.0, -1.0, 1.0], [True, True, False], seed=4)
+    b["teacher_logp"] = b["old_logp"] + torch.rand(3, 6, generator=torch.Generator().manual_seed(5))
+    on = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied=True)[0]
+    off = combined_loss(**{**b, "logp": b["logp"].detach()})[0]
+    assert on.item() == pytest.approx(off.item(), abs=1e-7)
 
 
 def test_distill_at_ratio_one_is_weighted_sft_with_the_clipped_importance_weight():
