@@ -109,6 +109,7 @@ class JudgeConfig:
 STEP_REWARDS = ("stepwise", "outcome")
 ADVANTAGES = ("reward", "baseline", "own_baseline")
 TEACHERS = ("base", "policy")
+KEEP_SATISFIED = ("off", "all", "raised")
 BASE_DTYPES = ("auto", "float32", "bfloat16")
 TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
@@ -185,10 +186,11 @@ class TrainConfig:
     # n >= 2: no OPD advantage for reply tokens inside an n-token run that only the teacher's prompt
     # has (the hint's words written back: learn/copy_mask.py); 0 = off.
     opd_copy_ngram: int = 0
-    # On a sample with a positive reward the OPD advantage only adds (max(teacher − old, 0)): a teacher
-    # less sure of a satisfied reply than the student is does not pull the student back toward it
-    # (objective.combined_loss; measured on `brief`: docs/learning.md, stop 47).
-    opd_keep_satisfied: bool = False
+    # On a sample with a positive reward the OPD advantage only adds (max(teacher − old, 0)), so a teacher
+    # less sure of a satisfied reply than the student is does not pull the student back toward it:
+    # "off", "all" (every token) or "raised" (the tokens the teacher's context made likelier than the
+    # base finds them). objective.combined_loss; measured on `brief`: docs/learning.md, stop 47.
+    opd_keep_satisfied: str = "off"
 
     def __post_init__(self) -> None:
         _check(
@@ -196,6 +198,10 @@ class TrainConfig:
             f'train.advantage must be "reward", "baseline" or "own_baseline", got {self.advantage!r}',
         )
         _check(self.teacher in TEACHERS, f'train.teacher must be "base" or "policy", got {self.teacher!r}')
+        _check(
+            self.opd_keep_satisfied in KEEP_SATISFIED,
+            f'train.opd_keep_satisfied must be "off", "all" or "raised", got {self.opd_keep_satisfied!r}',
+        )
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")
         _check(self.w_distill >= 0, f"train.w_distill must be >= 0, got {self.w_distill}")

@@ -10,7 +10,7 @@ levers (docs/learning.md, "Levers"): :func:`centered_reward` (a batch baseline),
 
 For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
 
-    D[b,t]   = teacher_logp[b,t] − old_logp[b,t]            (max(D, 0) where reward[b] > 0 and keep_satisfied)
+    D[b,t]   = teacher_logp[b,t] − old_logp[b,t]            (max(D, 0) where reward[b] > 0, per keep_satisfied)
     A[b,t]   = w_binary·reward[b] + w_opd·has_hint[b]·D[b,t]
     ρ[b,t]   = exp(logp[b,t] − old_logp[b,t])
     pg[b,t]  = −min(ρ·A, clip(ρ, 1 − eps, 1 + eps_high)·A)
@@ -45,7 +45,7 @@ def combined_loss(
     eps: float = 0.2,
     eps_high: float = 0.28,
     beta_kl: float = 0.02,
-    keep_satisfied: bool = False,
+    keep_satisfied: str = "off",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Combined Binary-RL + OPD clipped policy loss with a k3 KL penalty to the reference.
 
@@ -60,12 +60,17 @@ def combined_loss(
     - ``has_hint``: whether the sample has an accepted hint (OPD signal), ``(B,)`` bool.
     - ``mask``: which positions are reply tokens, ``(B, T)`` bool or float. A float mask is used as
       non-negative per-token weights (0/1 is the usual case).
-    - ``keep_satisfied``: on a sample with ``reward`` > 0 the OPD term only adds (``max(D, 0)``). A
-      teacher less sure of a reply the user was satisfied with than the student already is would
-      otherwise pull the student back to the teacher, and the base teacher (with the preference item)
-      stops a short reply with lower probability than a student that learned to: on `brief` its
-      advantage at the end token of satisfied replies was −0.4 to −3 nats once the first version had
-      learned to stop, and the adapter's own replies grew back (docs/learning.md, stop 47).
+    - ``keep_satisfied``: ``"off"`` (the formula above); ``"all"``: on a sample with ``reward`` > 0 the
+      OPD term only adds (``max(D, 0)``); ``"raised"``: the same only at the tokens the teacher's
+      context made likelier than the base found them (``teacher_logp > ref_logp``: what the hint or
+      the preference items are about). A teacher less sure of a reply the user was satisfied with
+      than the student already is otherwise pulls the student back: the base teacher (with a
+      preference item) stops a short reply with lower probability than a student that learned to,
+      and on `brief` its advantage at the end token of satisfied replies was −0.4 to −3 nats once the
+      first version had learned to stop; the adapter's own replies grew back (docs/learning.md, stop
+      47). ``"raised"`` leaves the pull on the other tokens, where it holds the student's sharpening
+      of its own replies in check (``"all"`` drifted from the base: the guard rejected every version
+      after the third).
 
     Values at masked-out positions never reach the loss or the gradient, even if they are
     ``inf`` or ``nan`` (padding often is). A sample with no reply tokens contributes nothing; if
@@ -100,8 +105,9 @@ def combined_loss(
     h = hinted.to(dtype)[:, None]  # (B, 1)
 
     gap = teacher - old  # (B, T)
-    if keep_satisfied:  # the teacher may add to a satisfied reply, never take from it
-        gap = torch.where(r > 0, gap.clamp_min(0.0), gap)  # (B, T)
+    if keep_satisfied != "off":  # the teacher may add to a satisfied reply, not take from it
+        floor = (r > 0) & (teacher > ref) if keep_satisfied == "raised" else (r > 0).expand_as(gap)  # (B, T)
+        gap = torch.where(floor, gap.clamp_min(0.0), gap)  # (B, T)
     opd = w_opd * h * gap  # (B, T) on-policy distillation advantage
     adv = w_binary * r + opd  # (B, T)
 

@@ -32,6 +32,7 @@ student_samples = 2
 w_student = 2.0
 student_topk = 32
 teacher = "policy"
+opd_keep_satisfied = "raised"
 """
 
 
@@ -39,6 +40,7 @@ def test_defaults_are_todays_behaviour():
     cfg = TrainConfig()
     assert cfg.advantage == "reward" and cfg.distill_samples == 0 and not cfg.keep_optimizer and cfg.anchor_coef == 0
     assert cfg.student_samples == 0 and cfg.student_topk == 0 and cfg.teacher == "base"
+    assert cfg.opd_keep_satisfied == "off"
 
 
 def test_config_toml_sets_every_lever(tmp_path):
@@ -48,6 +50,7 @@ def test_config_toml_sets_every_lever(tmp_path):
     assert (t.distill_max_tokens, t.distill_temperature, t.keep_optimizer) == (64, 1.0, True)
     assert (t.anchor_coef, t.anchor_max_tokens) == (0.05, 48)
     assert (t.student_samples, t.w_student, t.student_topk, t.teacher) == (2, 2.0, 32, "policy")
+    assert t.opd_keep_satisfied == "raised"
 
 
 @pytest.mark.parametrize(
@@ -66,6 +69,7 @@ def test_config_toml_sets_every_lever(tmp_path):
         ("student_topk = 257", "train.student_topk"),
         ("student_topk = -1", "train.student_topk"),
         ('teacher = "judge"', "train.teacher"),
+        ("opd_keep_satisfied = true", "train.opd_keep_satisfied"),
     ],
 )
 def test_a_bad_lever_value_names_the_file_and_key(tmp_path, line, needle):

@@ -2,7 +2,7 @@
 
 - the batch baseline: an all-+1 batch without hints gives exactly zero gradient through the binary term;
 - keep_satisfied: on a +1 sample a teacher below the old policy gives no OPD term, one above it the usual
-  one, and a −1 or unjudged sample is untouched;
+  one, and a −1 or unjudged sample is untouched; "raised" floors only where the teacher is above the base;
 - context distillation: at ratio 1 the gradient is −w/n per token with w = min(π_T/π_served, max_weight);
   the PPO clip stops a token's push; padding never leaks;
 - the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1;
@@ -97,7 +97,7 @@ def test_keep_satisfied_floors_the_opd_gap_only_on_satisfied_samples():
     # what keep_satisfied should equal: sample 0's teacher raised to the old policy, the rest as given
     want = {**b, "teacher_logp": b["teacher_logp"].clone()}
     want["teacher_logp"][0] = b["old_logp"][0]
-    loss, m = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied=True)
+    loss, m = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied="all")
     ref_loss, ref_m = combined_loss(**{**want, "logp": b["logp"].detach()})
     assert loss.item() == pytest.approx(ref_loss.item(), abs=1e-6)
     assert m["opd_adv_mean"] == pytest.approx(ref_m["opd_adv_mean"], abs=1e-6)
@@ -110,9 +110,22 @@ def test_keep_satisfied_floors_the_opd_gap_only_on_satisfied_samples():
 def test_keep_satisfied_changes_nothing_where_the_teacher_is_at_or_above_the_old_policy():
     b = _binary_batch([1.0, -1.0, 1.0], [True, True, False], seed=4)
     b["teacher_logp"] = b["old_logp"] + torch.rand(3, 6, generator=torch.Generator().manual_seed(5))
-    on = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied=True)[0]
+    on = combined_loss(**{**b, "logp": b["logp"].detach()}, keep_satisfied="all")[0]
     off = combined_loss(**{**b, "logp": b["logp"].detach()})[0]
     assert on.item() == pytest.approx(off.item(), abs=1e-7)
+
+
+def test_keep_satisfied_raised_floors_only_where_the_teacher_is_above_the_base():
+    b = _binary_batch([1.0, -1.0], [True, True], seed=6)
+    b["logp"] = b["old_logp"].clone().requires_grad_()  # ratio 1: pg = −A exactly
+    b["teacher_logp"] = b["old_logp"] - 1.0  # the teacher below the student everywhere
+    b["ref_logp"] = b["teacher_logp"].clone()
+    b["ref_logp"][:, :3] -= 0.5  # the teacher's context raised the first 3 tokens above the base
+    b["ref_logp"][:, 3:] += 0.5  # ... and not the last 3
+    loss = combined_loss(**b, keep_satisfied="raised", beta_kl=0.0)[0]
+    # sample 0 (+1): A = 1 on the raised tokens, 1 − 1 = 0 on the others; sample 1 (−1): A = −1 − 1 = −2 everywhere
+    assert loss.item() == pytest.approx(-((3 * 1 + 3 * 0) / 6 + (-2)) / 2, abs=1e-6)
+    assert combined_loss(**b, keep_satisfied="off", beta_kl=0.0)[0].item() == pytest.approx(-(0 + -2) / 2, abs=1e-6)
 
 
 def test_distill_at_ratio_one_is_weighted_sft_with_the_clipped_importance_weight():
