@@ -364,6 +364,7 @@ class Learner:
             logp, old_k, teacher_t, ref_t, reward, has_hint, mask,
             w_binary=cfg.w_binary, w_opd=cfg.w_opd, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=cfg.beta_kl,
             keep_satisfied=cfg.opd_keep_satisfied,
+            satisfied=torch.tensor([s.reward > 0 for s in batch], dtype=torch.bool, device=self.device),
         )  # fmt: skip
         (loss * (len(batch) / len(samples))).backward()  # Σ over micro-batches = mean over the batch
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)

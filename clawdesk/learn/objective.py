@@ -10,7 +10,7 @@ levers (docs/learning.md, "Levers"): :func:`centered_reward` (a batch baseline),
 
 For sample ``b`` and reply token ``t`` (all tensors ``(B, T)`` except ``reward``/``has_hint``)::
 
-    D[b,t]   = teacher_logp[b,t] − old_logp[b,t]            (max(D, 0) where reward[b] > 0, per keep_satisfied)
+    D[b,t]   = teacher_logp[b,t] − old_logp[b,t]            (max(D, 0) on satisfied samples, per keep_satisfied)
     A[b,t]   = w_binary·reward[b] + w_opd·has_hint[b]·D[b,t]
     ρ[b,t]   = exp(logp[b,t] − old_logp[b,t])
     pg[b,t]  = −min(ρ·A, clip(ρ, 1 − eps, 1 + eps_high)·A)
@@ -46,6 +46,7 @@ def combined_loss(
     eps_high: float = 0.28,
     beta_kl: float = 0.02,
     keep_satisfied: str = "off",
+    satisfied: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Combined Binary-RL + OPD clipped policy loss with a k3 KL penalty to the reference.
 
@@ -71,6 +72,9 @@ def combined_loss(
       47). ``"raised"`` leaves the pull on the other tokens, where it holds the student's sharpening
       of its own replies in check (``"all"`` drifted from the base: the guard rejected every version
       after the third).
+    - ``satisfied``: which samples count as satisfied for ``keep_satisfied``, ``(B,)`` bool; default
+      ``reward > 0``. The learner passes the judge's reward sign, since with ``train.advantage =
+      "baseline"`` the ``reward`` given here is centred and an all-+1 batch has none above 0.
 
     Values at masked-out positions never reach the loss or the gradient, even if they are
     ``inf`` or ``nan`` (padding often is). A sample with no reply tokens contributes nothing; if
@@ -106,7 +110,8 @@ def combined_loss(
 
     gap = teacher - old  # (B, T)
     if keep_satisfied != "off":  # the teacher may add to a satisfied reply, not take from it
-        floor = (r > 0) & (teacher > ref) if keep_satisfied == "raised" else (r > 0).expand_as(gap)  # (B, T)
+        sat = (r > 0) if satisfied is None else (satisfied.detach() != 0)[:, None]  # (B, 1)
+        floor = sat & (teacher > ref) if keep_satisfied == "raised" else sat.expand_as(gap)  # (B, T)
         gap = torch.where(floor, gap.clamp_min(0.0), gap)  # (B, T)
     opd = w_opd * h * gap  # (B, T) on-policy distillation advantage
     adv = w_binary * r + opd  # (B, T)

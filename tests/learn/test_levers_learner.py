@@ -419,3 +419,18 @@ def test_own_baseline_centres_only_the_replies_served_without_items(tiny_gguf):
     assert any(float(g.abs().max()) > 0 for g in own.values())
     # The plain baseline centres them all: an all-+1 batch without hints trains nothing.
     assert all(float(g.abs().max()) == 0 for g in _grads(tiny_gguf, samples, advantage="baseline").values())
+
+
+def test_keep_satisfied_floors_by_the_judges_reward_even_after_the_baseline(tiny_gguf):
+    # All +1 with a teacher: the baseline centres every reward to 0, so only the OPD term trains; the floor
+    # must still know these replies were satisfied (it reads the reward's sign, not the centred advantage).
+    samples = [dataclasses.replace(s, reward=1.0) for s in _samples(4, seed=9, hint=True)]
+    off = _grads(tiny_gguf, samples, advantage="baseline")
+    kept = _grads(tiny_gguf, samples, advantage="baseline", opd_keep_satisfied="all")
+    assert any(not torch.equal(off[k], kept[k]) for k in off)  # the teacher's "less likely" was dropped
+    # An all-−1 batch is not satisfied: the floor changes nothing.
+    unsatisfied = [dataclasses.replace(s, reward=-1.0) for s in samples]
+    _assert_same(
+        _grads(tiny_gguf, unsatisfied, advantage="baseline"),
+        _grads(tiny_gguf, unsatisfied, advantage="baseline", opd_keep_satisfied="all"),
+    )

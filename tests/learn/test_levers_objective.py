@@ -128,6 +128,16 @@ def test_keep_satisfied_raised_floors_only_where_the_teacher_is_above_the_base()
     assert combined_loss(**b, keep_satisfied="off", beta_kl=0.0)[0].item() == pytest.approx(-(0 + -2) / 2, abs=1e-6)
 
 
+def test_keep_satisfied_reads_satisfied_not_the_centred_reward():
+    b = _binary_batch([0.0, 0.0], [True, True], seed=7)  # an all-+1 batch after the baseline: every reward 0
+    b["logp"] = b["old_logp"].clone().requires_grad_()
+    b["teacher_logp"] = b["old_logp"] - 1.0
+    both = torch.tensor([True, True])
+    floored = combined_loss(**b, keep_satisfied="all", satisfied=both, beta_kl=0.0)[0]
+    assert floored.item() == pytest.approx(0.0, abs=1e-7)  # the teacher below the student takes nothing back
+    assert combined_loss(**b, keep_satisfied="all", beta_kl=0.0)[0].item() == pytest.approx(1.0, abs=1e-6)
+
+
 def test_distill_at_ratio_one_is_weighted_sft_with_the_clipped_importance_weight():
     old = torch.tensor([[-2.0, -1.0, -3.0, -0.5]])  # (1, 4)
     teacher = old + torch.tensor([[0.0, math.log(2.0), 5.0, -math.log(4.0)]])  # w = 1, 2, clipped 4, 0.25
