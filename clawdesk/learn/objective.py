@@ -67,11 +67,11 @@ def combined_loss(
       the preference items are about). A teacher less sure of a reply the user was satisfied with
       than the student already is otherwise pulls the student back: the base teacher (with a
       preference item) stops a short reply with lower probability than a student that learned to,
-      and on `brief` its advantage at the end token of satisfied replies was −0.4 to −3 nats once the
-      first version had learned to stop; the adapter's own replies grew back (docs/learning.md, stop
-      47). ``"raised"`` leaves the pull on the other tokens, where it holds the student's sharpening
-      of its own replies in check (``"all"`` drifted from the base: the guard rejected every version
-      after the third).
+      and on `brief` its advantage at the end token of satisfied replies was −0.2 to −3 nats once the
+      first version had learned to stop; the adapter's own replies grew back (docs/learning.md, "A
+      teacher that unteaches"). ``"raised"`` leaves the pull on the other tokens, where it holds the
+      student's sharpening of its own replies in check. Measured there, neither is a default:
+      ``"all"`` carried `brief` and cost `no-lists` and the guard's budget, ``"raised"`` did not hold.
     - ``satisfied``: which samples count as satisfied for ``keep_satisfied``, ``(B,)`` bool; default
       ``reward > 0``. The learner passes the judge's reward sign, since with ``train.advantage =
       "baseline"`` the ``reward`` given here is centred and an all-+1 batch has none above 0.
@@ -109,6 +109,8 @@ def combined_loss(
     h = hinted.to(dtype)[:, None]  # (B, 1)
 
     gap = teacher - old  # (B, T)
+    if keep_satisfied not in ("off", "all", "raised"):
+        raise TrainError(f'combined_loss: keep_satisfied must be "off", "all" or "raised", got {keep_satisfied!r}')
     if keep_satisfied != "off":  # the teacher may add to a satisfied reply, not take from it
         sat = (r > 0) if satisfied is None else (satisfied.detach() != 0)[:, None]  # (B, 1)
         floor = sat & (teacher > ref) if keep_satisfied == "raised" else sat.expand_as(gap)  # (B, T)

@@ -126,6 +126,8 @@ def test_keep_satisfied_raised_floors_only_where_the_teacher_is_above_the_base()
     # sample 0 (+1): A = 1 on the raised tokens, 1 − 1 = 0 on the others; sample 1 (−1): A = −1 − 1 = −2 everywhere
     assert loss.item() == pytest.approx(-((3 * 1 + 3 * 0) / 6 + (-2)) / 2, abs=1e-6)
     assert combined_loss(**b, keep_satisfied="off", beta_kl=0.0)[0].item() == pytest.approx(-(0 + -2) / 2, abs=1e-6)
+    with pytest.raises(TrainError, match="keep_satisfied"):
+        combined_loss(**b, keep_satisfied="al")
 
 
 def test_keep_satisfied_reads_satisfied_not_the_centred_reward():
