@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from clawdesk.config import KEEP_SATISFIED
 from clawdesk.errors import TrainError
 
 if TYPE_CHECKING:
@@ -109,8 +110,8 @@ def combined_loss(
     h = hinted.to(dtype)[:, None]  # (B, 1)
 
     gap = teacher - old  # (B, T)
-    if keep_satisfied not in ("off", "all", "raised"):
-        raise TrainError(f'combined_loss: keep_satisfied must be "off", "all" or "raised", got {keep_satisfied!r}')
+    if keep_satisfied not in KEEP_SATISFIED:
+        raise TrainError(f"combined_loss: keep_satisfied must be one of {KEEP_SATISFIED}, got {keep_satisfied!r}")
     if keep_satisfied != "off":  # the teacher may add to a satisfied reply, not take from it
         sat = (r > 0) if satisfied is None else (satisfied.detach() != 0)[:, None]  # (B, 1)
         floor = sat & (teacher > ref) if keep_satisfied == "raised" else sat.expand_as(gap)  # (B, T)
