@@ -109,7 +109,7 @@ class JudgeConfig:
 STEP_REWARDS = ("stepwise", "outcome")
 ADVANTAGES = ("reward", "baseline", "own_baseline")
 TEACHERS = ("base", "policy")
-KEEP_SATISFIED = ("off", "all", "raised")
+KEEP_SATISFIED = ("off", "all", "raised", "end")
 BASE_DTYPES = ("auto", "float32", "bfloat16")
 TRAIN_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
@@ -188,8 +188,9 @@ class TrainConfig:
     opd_copy_ngram: int = 0
     # On a sample with a positive reward the OPD advantage only adds (max(teacher − old, 0)), so a teacher
     # less sure of a satisfied reply than the student is does not pull the student back toward it:
-    # "off", "all" (every token) or "raised" (the tokens the teacher's context made likelier than the
-    # base finds them). objective.combined_loss; measured on `brief`: docs/learning.md, stop 47.
+    # "off", "all" (every token), "raised" (the tokens the teacher's context made likelier than the
+    # base finds them) or "end" (only the end-of-turn token that closed the reply: the stop).
+    # objective.combined_loss; measured on `brief` and `no-lists`: docs/learning.md, stops 47-48.
     opd_keep_satisfied: str = "off"
 
     def __post_init__(self) -> None:
@@ -200,7 +201,7 @@ class TrainConfig:
         _check(self.teacher in TEACHERS, f'train.teacher must be "base" or "policy", got {self.teacher!r}')
         _check(
             self.opd_keep_satisfied in KEEP_SATISFIED,
-            f'train.opd_keep_satisfied must be "off", "all" or "raised", got {self.opd_keep_satisfied!r}',
+            f'train.opd_keep_satisfied must be "off", "all", "raised" or "end", got {self.opd_keep_satisfied!r}',
         )
         _check(0 <= self.distill_samples <= 8, f"train.distill_samples must be in 0..8, got {self.distill_samples}")
         _check(0 <= self.student_samples <= 8, f"train.student_samples must be in 0..8, got {self.student_samples}")

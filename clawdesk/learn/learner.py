@@ -228,8 +228,7 @@ class Learner:
         """Replies sampled for ``prompts`` from the base (``adapter`` False) or the adapter, batched by token budget."""
         from clawdesk.learn.sampling import sample_replies
 
-        eos = self.model.get_base_model().config.eos_token_id
-        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        eos_ids = self._eos_ids()
         out: list[list[int]] = [[] for _ in prompts]
         self.model.eval()
         with contextlib.nullcontext() if adapter else self.model.disable_adapter():
@@ -364,10 +363,23 @@ class Learner:
             logp, old_k, teacher_t, ref_t, reward, has_hint, mask,
             w_binary=cfg.w_binary, w_opd=cfg.w_opd, eps=cfg.eps, eps_high=cfg.eps_high, beta_kl=cfg.beta_kl,
             keep_satisfied=cfg.opd_keep_satisfied,
-            satisfied=torch.tensor([s.reward > 0 for s in batch], dtype=torch.bool, device=self.device),
+            satisfied=torch.tensor([self._satisfied(s) for s in batch], dtype=torch.bool, device=self.device),
         )  # fmt: skip
         (loss * (len(batch) / len(samples))).backward()  # Σ over micro-batches = mean over the batch
         return m, len(batch), float(mask[has_hint].sum()), sum(s.n_tokens for s in batch)
+
+    def _satisfied(self, s: Sample) -> bool:
+        """Whether ``opd_keep_satisfied`` floors sample ``s``: the judge's reward (not the centred advantage)
+        is positive, and for ``"end"`` the reply closed with an end-of-turn token (a reply cut at the token
+        limit has no stop to keep)."""
+        if s.reward <= 0:
+            return False
+        return self.config.opd_keep_satisfied != "end" or (bool(s.reply_ids) and s.reply_ids[-1] in self._eos_ids())
+
+    def _eos_ids(self) -> list[int]:
+        """The base model's end-of-turn token ids (its config's ``eos_token_id``, one id or a list)."""
+        eos = self.model.get_base_model().config.eos_token_id
+        return [eos] if isinstance(eos, int) else list(eos or [])
 
     def _copied(self, s: Sample):
         """(len(reply),) 1.0 where the reply copies words only the teacher's prompt has; None without a teacher."""

@@ -71,8 +71,10 @@ def combined_loss(
       and on `brief` its advantage at the end token of satisfied replies was −0.2 to −3 nats once the
       first version had learned to stop; the adapter's own replies grew back (docs/learning.md, "A
       teacher that unteaches"). ``"raised"`` leaves the pull on the other tokens, where it holds the
-      student's sharpening of its own replies in check. Measured there, neither is a default:
-      ``"all"`` carried `brief` and cost `no-lists` and the guard's budget, ``"raised"`` did not hold.
+      student's sharpening of its own replies in check. ``"end"``: only at each satisfied sample's last
+      reply token, which is the stop when the caller counts as satisfied only the replies that ended
+      with the end-of-turn token (the learner does). Measured there, none is a default: ``"all"``
+      carried `brief` and cost `no-lists` and the guard's budget, ``"raised"`` did not hold.
     - ``satisfied``: which samples count as satisfied for ``keep_satisfied``, ``(B,)`` bool; default
       ``reward > 0``. The learner passes the judge's reward sign, since with ``train.advantage =
       "baseline"`` the ``reward`` given here is centred and an all-+1 batch has none above 0.
@@ -114,7 +116,14 @@ def combined_loss(
         raise TrainError(f"combined_loss: keep_satisfied must be one of {KEEP_SATISFIED}, got {keep_satisfied!r}")
     if keep_satisfied != "off":  # the teacher may add to a satisfied reply, not take from it
         sat = (r > 0) if satisfied is None else (satisfied.detach() != 0)[:, None]  # (B, 1)
-        floor = sat & (teacher > ref) if keep_satisfied == "raised" else sat.expand_as(gap)  # (B, T)
+        if keep_satisfied == "raised":
+            floor = sat & (teacher > ref)  # (B, T)
+        elif keep_satisfied == "end":
+            pos = torch.arange(keep.shape[-1], device=keep.device)  # (T,)
+            last = torch.where(keep, pos, -1).amax(dim=-1, keepdim=True)  # (B, 1) the last reply token
+            floor = sat & (pos == last)  # (B, T)
+        else:
+            floor = sat.expand_as(gap)  # (B, T)
         gap = torch.where(floor, gap.clamp_min(0.0), gap)  # (B, T)
     opd = w_opd * h * gap  # (B, T) on-policy distillation advantage
     adv = w_binary * r + opd  # (B, T)

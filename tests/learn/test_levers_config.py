@@ -32,7 +32,7 @@ student_samples = 2
 w_student = 2.0
 student_topk = 32
 teacher = "policy"
-opd_keep_satisfied = "raised"
+opd_keep_satisfied = "end"
 """
 
 
@@ -50,7 +50,7 @@ def test_config_toml_sets_every_lever(tmp_path):
     assert (t.distill_max_tokens, t.distill_temperature, t.keep_optimizer) == (64, 1.0, True)
     assert (t.anchor_coef, t.anchor_max_tokens) == (0.05, 48)
     assert (t.student_samples, t.w_student, t.student_topk, t.teacher) == (2, 2.0, 32, "policy")
-    assert t.opd_keep_satisfied == "raised"
+    assert t.opd_keep_satisfied == "end"
 
 
 @pytest.mark.parametrize(

@@ -434,3 +434,19 @@ def test_keep_satisfied_floors_by_the_judges_reward_even_after_the_baseline(tiny
         _grads(tiny_gguf, unsatisfied, advantage="baseline"),
         _grads(tiny_gguf, unsatisfied, advantage="baseline", opd_keep_satisfied="all"),
     )
+
+
+def test_keep_satisfied_end_floors_only_replies_that_closed_with_the_end_token(tiny_gguf):
+    # Satisfied replies with a teacher: the "end" floor must act on one that ended with the end-of-turn token
+    # and leave one cut at the token limit exactly as "off" has it.
+    eos = _learner(tiny_gguf)._eos_ids()[0]
+    base = [dataclasses.replace(s, reward=1.0) for s in _samples(2, seed=10, hint=True)]
+    cut = [dataclasses.replace(s, reply_ids=[t if t not in (eos,) else t + 1 for t in s.reply_ids]) for s in base]
+    ended = [dataclasses.replace(s, reply_ids=[*s.reply_ids, eos]) for s in cut]
+    _assert_same(_grads(tiny_gguf, cut), _grads(tiny_gguf, cut, opd_keep_satisfied="end"))
+    off, kept = _grads(tiny_gguf, ended), _grads(tiny_gguf, ended, opd_keep_satisfied="end")
+    # The floor acts at the end token here (the teacher, the base with the hint tokens, is below the student
+    # there on this seed); checked to fail when the learner passes the reward sign alone.
+    assert any(not torch.equal(off[k], kept[k]) for k in off)
+    every = _grads(tiny_gguf, ended, opd_keep_satisfied="all")  # ... and only there: "all" floors more tokens
+    assert any(not torch.equal(kept[k], every[k]) for k in kept)

@@ -2,7 +2,8 @@
 
 - the batch baseline: an all-+1 batch without hints gives exactly zero gradient through the binary term;
 - keep_satisfied: on a +1 sample a teacher below the old policy gives no OPD term, one above it the usual
-  one, and a −1 or unjudged sample is untouched; "raised" floors only where the teacher is above the base;
+  one, and a −1 or unjudged sample is untouched; "raised" floors only where the teacher is above the base,
+  "end" only at each sample's last reply token (padding is not a token);
 - context distillation: at ratio 1 the gradient is −w/n per token with w = min(π_T/π_served, max_weight);
   the PPO clip stops a token's push; padding never leaks;
 - the anchor: policy = base gives a zero term and a zero gradient; otherwise exp(δ) − δ − 1;
@@ -128,6 +129,23 @@ def test_keep_satisfied_raised_floors_only_where_the_teacher_is_above_the_base()
     assert combined_loss(**b, keep_satisfied="off", beta_kl=0.0)[0].item() == pytest.approx(-(0 + -2) / 2, abs=1e-6)
     with pytest.raises(TrainError, match="keep_satisfied"):
         combined_loss(**b, keep_satisfied="al")
+
+
+def test_keep_satisfied_end_floors_only_the_last_reply_token():
+    b = _binary_batch([1.0, 1.0, -1.0], [True, True, True], seed=8)
+    b["logp"] = b["old_logp"].clone().requires_grad_()  # ratio 1: pg = −A exactly
+    b["teacher_logp"] = b["old_logp"] - 1.0  # the teacher below the student everywhere: D = −1
+    b["mask"][1, 4:] = False  # sample 1's reply is 4 tokens, then padding
+    b["teacher_logp"][1, 4:] = float("nan")  # padding never reaches the loss
+    loss = combined_loss(**b, keep_satisfied="end", beta_kl=0.0)[0]
+    # sample 0 (+1, 6 tokens): A = 0 on 5 tokens, 1 at the last; sample 1 (+1, 4 tokens): 0 on 3, 1 at its 4th;
+    # sample 2 (−1): −2 everywhere, the floor never applies to an unsatisfied reply
+    assert loss.item() == pytest.approx(-(1 / 6 + 1 / 4 + -2) / 3, abs=1e-6)
+    off = combined_loss(**b, keep_satisfied="off", beta_kl=0.0)[0]
+    assert off.item() == pytest.approx(-(0 + 0 + -2) / 3, abs=1e-6)
+    not_ended = torch.tensor([False, True, False])  # the caller says sample 0 was cut at the token limit
+    cut = combined_loss(**b, keep_satisfied="end", satisfied=not_ended, beta_kl=0.0)[0]
+    assert cut.item() == pytest.approx(-(0 + 1 / 4 + -2) / 3, abs=1e-6)
 
 
 def test_keep_satisfied_reads_satisfied_not_the_centred_reward():
