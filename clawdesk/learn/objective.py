@@ -74,7 +74,8 @@ def combined_loss(
       student's sharpening of its own replies in check. ``"end"``: only at each satisfied sample's last
       reply token, which is the stop when the caller counts as satisfied only the replies that ended
       with the end-of-turn token (the learner does). Measured there, none is a default: ``"all"``
-      carried `brief` and cost `no-lists` and the guard's budget, ``"raised"`` did not hold.
+      carried `brief` and cost `no-lists` and the guard's budget, ``"raised"`` did not hold, ``"end"``
+      kept both personas' weights and cost a stacked scenario the score the person sees.
     - ``satisfied``: which samples count as satisfied for ``keep_satisfied``, ``(B,)`` bool; default
       ``reward > 0``. The learner passes the judge's reward sign, since with ``train.advantage =
       "baseline"`` the ``reward`` given here is centred and an all-+1 batch has none above 0.
