@@ -38,7 +38,10 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   answers better than new ones (`brief`: 6 of 8 within 40 words where the new prompts had 2, and
   the held-out score fell to 0.50 once the item left); the general prompts rarely invite a list,
   so on them a list ban agreed 8 of 8 after one version (`no-lists` left at 8, the score fell to
-  0.81). The log-prob
+  0.81). An item leaves only when its own set is full (:data:`FORM_PROMPTS` of its turns compared): a
+  preference noted a few turns ago agreed 2 of 2 and 3 of 3 there and left beside an older item, and the
+  held-out score fell from 0.91 to 0.75 (`add-no-lists`, docs/learning.md, "Evidence before an item
+  leaves"). The log-prob
   criterion alone retired items while the adapter still wrote base-like replies (`brief`: the
   held-out score 0.98 → 0.69 right after), since it scores the served replies, not what the
   adapter writes; a log-prob score of the adapter's own replies did not see it either (a reply's
@@ -112,6 +115,7 @@ class ItemCheck:
     new_agree: int | None = None  # the same on the probe's prompts, which no turn held (form_probe)
     new_n: int | None = None
     new_words: tuple[float, float] | None = None
+    form_needed: int | None = None  # recent prompts the test needs before the item may leave (its full set)
 
     @property
     def form_held_back(self) -> bool:
@@ -141,7 +145,8 @@ def check_items(
 
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
     may not be recorded yet), counted as trained on. ``probe`` (the general prompts and how to read
-    replies) turns the behaviour test on, on its first ``form_prompts`` prompts; without it the log-prob
+    replies) turns the behaviour test on, on its first ``form_prompts`` prompts and as many of the item's
+    own recent turns, all of which an item needs compared before it may leave; without it the log-prob
     criterion decides alone.
     """
     now = set(trained_now)
@@ -183,7 +188,9 @@ def check_items(
             # Both sets: the turns where the person asked for it, and conversations the memory never covered.
             agreed = all(form[f"{k}_agree"] >= math.ceil(share * form[f"{k}_n"]) for k in ("form", "new"))
             if retiring:
-                retiring = agreed
+                # 2 of 2 is no evidence of 7 of 8: a new item waits until it has a full set of its own turns.
+                form["form_needed"] = form_prompts
+                retiring = agreed and form["form_n"] >= form_prompts
             else:
                 lost = not agreed
         if retiring:
@@ -235,6 +242,13 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
             lines.append(
                 f"preference #{c.item_id} is no longer carried by the weights (gap {c.gap:.3f} nats/token), but stays "
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
+            )
+            continue
+        if c.form_held_back and c.form_n < (c.form_needed or 0):
+            lines.append(
+                f"preference #{c.item_id} stays in the prompt: only {c.form_n} of its turns to compare the adapter's "
+                f"replies with and without it on ({c.form_needed} needed; {c.form} agreed on {c.form_agree} of "
+                f"them and {c.new_agree} of {c.new_n} new prompts)"
             )
             continue
         if c.form_held_back:
