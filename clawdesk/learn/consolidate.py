@@ -115,7 +115,7 @@ class ItemCheck:
     new_agree: int | None = None  # the same on the probe's prompts, which no turn held (form_probe)
     new_n: int | None = None
     new_words: tuple[float, float] | None = None
-    form_needed: int | None = None  # recent prompts the test needs before the item may leave (its full set)
+    form_needed: int | None = None  # set where the replies agreed on too few of its turns: how many it needs
 
     @property
     def form_held_back(self) -> bool:
@@ -189,8 +189,9 @@ def check_items(
             agreed = all(form[f"{k}_agree"] >= math.ceil(share * form[f"{k}_n"]) for k in ("form", "new"))
             if retiring:
                 # 2 of 2 is no evidence of 7 of 8: a new item waits until it has a full set of its own turns.
-                form["form_needed"] = form_prompts
-                retiring = agreed and form["form_n"] >= form_prompts
+                short = agreed and form["form_n"] < form_prompts
+                form["form_needed"] = form_prompts if short else None
+                retiring = agreed and not short
             else:
                 lost = not agreed
         if retiring:
@@ -244,11 +245,11 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
             )
             continue
-        if c.form_held_back and c.form_n < (c.form_needed or 0):
+        if c.form_held_back and c.form_needed:
             lines.append(
-                f"preference #{c.item_id} stays in the prompt: only {c.form_n} of its turns to compare the adapter's "
-                f"replies with and without it on ({c.form_needed} needed; {c.form} agreed on {c.form_agree} of "
-                f"them and {c.new_agree} of {c.new_n} new prompts)"
+                f"preference #{c.item_id} stays in the prompt: its replies without it agree in {c.form} on "
+                f"{c.form_agree} of {c.form_n} recent prompts and {c.new_agree} of {c.new_n} new ones, but it has "
+                f"only {c.form_n} turns to compare on ({c.form_needed} needed)"
             )
             continue
         if c.form_held_back:

@@ -330,8 +330,16 @@ def test_the_behaviour_test_retires_an_item_whose_replies_agree_without_it(
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     # Meet the log-prob criterion by construction (a fresh LoRA: gap = base_gap, of either sign).
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
-    assert (c.form, c.form_agree, c.form_n, c.new_agree, c.new_n) == ("lists", 1, 1, 1, 1), c
+    # One turn of its own agreeing is too little to go on: it stays until it has a full set (FORM_PROMPTS).
+    (short,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
+    assert (short.form, short.form_agree, short.form_n, short.new_agree, short.new_n) == ("lists", 1, 1, 1, 1)
+    assert (short.decision, short.form_needed) == ("kept", consolidate.FORM_PROMPTS) and short.form_held_back
+    (line,) = consolidate.apply_checks(store, [short])
+    assert f"#{item.id} stays in the prompt: its replies without it agree in lists on 1 of 1 recent" in line
+    assert f"only 1 turns to compare on ({consolidate.FORM_PROMPTS} needed)" in line
+    assert get_preference(store, item.id).status == "active"
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, **lenient)
+    assert (c.form, c.form_agree, c.form_n, c.new_agree, c.new_n, c.form_needed) == ("lists", 1, 1, 1, 1, None), c
     assert c.decision == "learned"
     (line,) = consolidate.apply_checks(store, [c])
     assert "agree in lists on 1 of 1 recent prompts and 1 of 1 new ones" in line
@@ -365,7 +373,7 @@ def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, c
     sha = engine.identity.sha256
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
-    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, **lenient)
+    (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, **lenient)
     assert (c.form, c.form_direction, c.form_n, c.new_n) == ("length", "shorter", 1, 1), c
     assert c.decision == ("learned" if c.form_agree == c.new_agree == 1 else "kept")
     for agree, (with_item, without) in ((c.form_agree, c.form_words), (c.new_agree, c.new_words)):
