@@ -6,8 +6,8 @@ For every preference item of the run (``DIR/home/clawdesk.db``) on an aspect the
 the version's greedy replies (``consolidate.form_replies``: as the trainer's check writes them, on torch)
 with the item's memory block and without it, on
 
-- ``recent``: up to 8 of the item's own turns up to the last one the version trained on, fewest items
-  first (what the test compared until stop 35: turns the adapter was trained on);
+- ``recent``: up to 8 of the item's own turns up to the last one the version trained on, the newest
+  (what the test compares since stop 49; ``--fewest-first``: fewest items first, as until stop 48);
 - ``probe``: ``assets/form-prompts.jsonl`` (what it compares now: prompts no turn held).
 
 Per set it prints the prompts whose replies agree under the shipped rule (``reply_form.agreement``,
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path, help="an eval run's --out folder (with home/)")
     ap.add_argument("--version", type=int, required=True, help="the adapter version (home/adapters/vN)")
     ap.add_argument("--limit", type=int, default=None, help="also count replies without the item of at most N words")
+    ap.add_argument("--fewest-first", action="store_true", help="the item's turns fewest items first (until stop 48)")
     args = ap.parse_args(argv)
     home, result = args.run / "home", json.loads((args.run / "result.json").read_text(encoding="utf-8"))
     gguf, vdir = Path(result["config"]["model_path"]), home / "adapters" / f"v{args.version}"
@@ -72,12 +73,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             direction = length_direction(item.text) if kind == "length" else None
             # Its turns as the check saw them then: none after the last turn that version trained on.
-            turns = [t for t in item_turns(store, item.id, sha, limit=10_000) if t.turn_id <= last][:FORM_PROMPTS]
+            fewest = [t for t in item_turns(store, item.id, sha, limit=10_000) if t.turn_id <= last]
+            newest = [t for t in item_turns(store, item.id, sha, limit=10_000, newest_first=True) if t.turn_id <= last]
+            turns = (fewest if args.fewest_first else newest)[:FORM_PROMPTS]
             if not turns:
                 continue
             print(f" #{item.id} ({kind}{', ' + direction if direction else ''}): {item.text}")
             recent = [(t.served_ids, t.student_ids) for t in turns]
-            fresh = list(zip(probe.render(turn_memory_block(store, turns[0].turn_id)), probe.student, strict=True))
+            # The new prompts carry the block of the item's fewest-items turn, as in the check.
+            fresh = list(zip(probe.render(turn_memory_block(store, fewest[0].turn_id)), probe.student, strict=True))
             replies = form_replies(learner, probe.decode, [recent, fresh])  # as the check writes them
             for name, (served, own) in zip(("recent", "probe"), replies, strict=True):
                 print(_row(name, served, own, kind, direction, args.limit))

@@ -179,7 +179,9 @@ def check_items(
         if probe is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
             direction = length_direction(item.text) if kind == "length" else None
             # Not bound to `turns`: that is the log-prob check's count, which the next item still needs.
-            recent_turns = item_turns(store, item.id, base_sha256, limit=form_prompts)
+            # Its newest turns, whatever else they held: where the person is now (fewest items first
+            # read a stacked phase's first item on the turns from before the second, stop 49).
+            recent_turns = item_turns(store, item.id, base_sha256, limit=form_prompts, newest_first=True)
             recent = [(t.served_ids, t.student_ids) for t in recent_turns]
             block = turn_memory_block(store, found[0].turn_id)  # as served on the turn that held the fewest items
             new = list(zip(probe.render(block), probe.student, strict=True))[:form_prompts]

@@ -80,15 +80,20 @@ _ITEM_TURNS = f"""
 """
 
 
-def item_turns(store: Store, pref_id: int, base_sha256: str, *, limit: int = 3) -> list[ItemTurn]:
+def item_turns(
+    store: Store, pref_id: int, base_sha256: str, *, limit: int = 3, newest_first: bool = False
+) -> list[ItemTurn]:
     """Up to ``limit`` recent turns of this base whose prompt held item ``pref_id``, fewest items first.
 
-    Fewest items first: the check measures what removing the *whole* block costs, so a turn whose
-    prompt held this item alone measures this item alone. Then the newest.
+    Fewest items first: the log-prob check measures what removing the *whole* block costs, so a turn
+    whose prompt held this item alone measures this item alone. Then the newest. ``newest_first``: the
+    newest alone, whatever else their prompt held (the behaviour test: where the person is now; fewest
+    first read only turns from before a second item was noted, stop 49).
     """
+    order = "t.id DESC" if newest_first else "json_array_length(m.item_ids), t.id DESC"
     sql = f"""
         SELECT t.id, st.prompt_ids, st.student_prompt_ids, st.reply_ids, m.item_ids {_ITEM_TURNS}
-        ORDER BY json_array_length(m.item_ids), t.id DESC LIMIT :limit
+        ORDER BY {order} LIMIT :limit
     """
     rows = store.db.execute(sql, {"item": pref_id, "sha": base_sha256, "limit": int(limit)}).fetchall()
     return [

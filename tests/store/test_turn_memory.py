@@ -48,3 +48,22 @@ def test_scrubbing_a_later_turn_scrubs_its_student_prompt_and_clearing_drops_eve
     assert row[0] is None
     assert item_turns(store, item.id, "test-sha") == []
     assert clear_preferences(store) == 1 and turn_memory_block(store, later) == ""
+
+
+def test_an_items_turns_fewest_items_first_or_newest_first(store):
+    """The log-prob check reads the turns that held the item alone first; the behaviour test the newest, so
+    a stacked phase's first item is compared where the person is now (stop 49: fewest-first read only the
+    turns from before the second item was noted)."""
+    session = store.create_session(system_prompt="You are ClawDesk.")
+    brief = add_preference(store, "Answer in at most 40 words.").item
+    lists = add_preference(store, "No lists.").item
+    alone = [store.add_turn(session.id, _turn(f"Question {i}?")) for i in range(2)]
+    for turn_id in alone:
+        record_turn_memory(store, turn_id, 'Preferences:\n- "Answer in at most 40 words."', [brief.id], [[1]])
+    both = [store.add_turn(session.id, _turn(f"Later question {i}?")) for i in range(2)]
+    for turn_id in both:
+        record_turn_memory(store, turn_id, "Preferences: both", [brief.id, lists.id], [[2]])
+    fewest = [t.turn_id for t in item_turns(store, brief.id, "test-sha", limit=3)]
+    assert fewest == [alone[1], alone[0], both[1]]
+    newest = [t.turn_id for t in item_turns(store, brief.id, "test-sha", limit=3, newest_first=True)]
+    assert newest == [both[1], both[0], alone[1]]
