@@ -27,8 +27,8 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   (:mod:`clawdesk.learn.reply_form`: length, lists, paragraphs, opening, closing), the adapter's
   greedy replies *with* the items and *without* them (up to :data:`FORM_TOKENS` tokens, so where a
   reply ends counts) agree on that feature on :data:`FORM_SHARE` (7 of 8) of *each* of two sets of
-  up to :data:`FORM_PROMPTS` prompts: the item's own recent turns (where the person asked for it)
-  and general prompts no turn held (:mod:`clawdesk.learn.form_probe`, served with the memory block
+  up to :data:`FORM_PROMPTS` prompts: the item's newest turns (where the person asked for it, whatever
+  else they held) and general prompts no turn held (:mod:`clawdesk.learn.form_probe`, served with the memory block
   of the item's own turn); on length in the item's direction where its words give one
   (:func:`~clawdesk.store.pref_topics.length_direction`: without "at most 40 words" a *shorter* reply
   still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions). So the
