@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             direction = length_direction(item.text) if kind == "length" else None
             # Its turns as the check saw them then: none after the last turn that version trained on.
             fewest = [t for t in item_turns(store, item.id, sha, limit=10_000) if t.turn_id <= last]
-            newest = [t for t in item_turns(store, item.id, sha, limit=10_000, newest_first=True) if t.turn_id <= last]
+            newest = sorted(fewest, key=lambda t: t.turn_id, reverse=True)  # the same turns: no second query
             turns = (fewest if args.fewest_first else newest)[:FORM_PROMPTS]
             if not turns:
                 continue

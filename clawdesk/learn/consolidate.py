@@ -146,7 +146,7 @@ def check_items(
     ``trained_now``: the turns of the batch the current weights were just trained on (their version
     may not be recorded yet), counted as trained on. ``probe`` (the general prompts and how to read
     replies) turns the behaviour test on, on its first ``form_prompts`` prompts and as many of the item's
-    own recent turns, all of which an item needs compared before it may leave; without it the log-prob
+    newest turns, all of which an item needs compared before it may leave; without it the log-prob
     criterion decides alone.
     """
     now = set(trained_now)
