@@ -3,6 +3,7 @@
 The items are what the chat renders into every new turn's prompt as the user's stated preferences
 (:mod:`clawdesk.store.prefs`, :mod:`clawdesk.preferences`). ``rm`` and ``clear`` delete for good
 (the text is overwritten in the file); ``clear`` asks first, or takes ``--yes``, as ``forget --all`` does.
+``list`` ends with each item's standing in the newest learned check that measured it.
 """
 
 from __future__ import annotations
@@ -99,7 +100,22 @@ def _list(store, config: Config, *, show_removed: bool) -> int:
             "learned: the adapter carries it (measured after training), so it left the prompt; it comes back if not,"
             " unless you stated a related preference since (then F8 puts it back: r to remove, r to restore)"
         )
+    _print_checks(store, items)
     return 0
+
+
+def _print_checks(store, items) -> None:
+    """Where each listed item stands in the learned check of the newest version that measured it."""
+    from clawdesk.learn.consolidate import form_aspect, standing
+    from clawdesk.store.versions import last_item_checks
+
+    checks = last_item_checks(store)
+    shown = [(p, checks[p.id]) for p in items if p.id in checks and p.status != "removed"]
+    if not shown:
+        return
+    print("\nthe learned check, after each trained version:")
+    for p, (version, record) in shown:
+        print(f"  #{p.id}: {standing(record, version, on_form=form_aspect(p.text))}")
 
 
 def _minute(stamp: str | None) -> str:

@@ -247,24 +247,8 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
                 f"out of the prompt: #{c.held_by}, noted since on a related topic, may have changed it"
             )
             continue
-        if c.form_held_back and c.form_needed:
-            lines.append(
-                f"preference #{c.item_id} stays in the prompt: its replies without it agree in {c.form} on "
-                f"{c.form_agree} of {c.form_n} recent prompts and {c.new_agree} of {c.new_n} new ones, but it has "
-                f"only {c.form_n} turns to compare on ({c.form_needed} needed)"
-            )
-            continue
         if c.form_held_back:
-            # A length item with a direction fails only on replies that go the wrong way: say which.
-            wrong = {"shorter": "are longer than with it", "longer": "are shorter than with it"}
-            differ = wrong.get(c.form_direction or "", f"differ in {c.form}")
-            lines.append(
-                f"preference #{c.item_id} stays in the prompt: the adapter's replies without it {differ} "
-                f"on {c.form_n - c.form_agree} of {c.form_n} of its recent prompts and {c.new_n - c.new_agree} of "
-                f"{c.new_n} new ones (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}; words with / "
-                f"without it {c.form_words[0]:.0f} / {c.form_words[1]:.0f} and {c.new_words[0]:.0f} / "
-                f"{c.new_words[1]:.0f})"
-            )
+            lines.append(f"preference #{c.item_id} stays in the prompt: {_held_back(c.record())}")
             continue
         if c.decision not in ("learned", "active"):
             continue
@@ -272,13 +256,80 @@ def apply_checks(store: Store, checks: Iterable[ItemCheck]) -> list[str]:
             continue  # the person changed it meanwhile (removed, restored): their choice stands
         mark_learned(store, c.item_id, c.decision == "learned")
         word = "learned: it leaves the prompt" if c.decision == "learned" else "no longer held: back in the prompt"
-        agreed = (
-            f"; its replies without it agree in {c.form} on {c.form_agree} of {c.form_n} recent prompts and "
-            f"{c.new_agree} of {c.new_n} new ones"
-            if c.form
-            else ""
-        )
-        lines.append(
-            f"preference #{c.item_id} {word} (gap {c.gap:.3f} nats/token, before training {c.base_gap:.3f}{agreed})"
-        )
+        lines.append(f"preference #{c.item_id} {word} ({_numbers(c.record())})")
     return lines
+
+
+def _numbers(c: dict) -> str:
+    """A check's log-prob gap and, where the behaviour test ran, how many prompts agreed."""
+    agreed = (
+        f"; its replies without it agree in {c['form']} on {c['form_agree']} of {c['form_n']} recent prompts and "
+        f"{c['new_agree']} of {c['new_n']} new ones"
+        if c.get("form")
+        else ""
+    )
+    return f"gap {c['gap']:.3f} nats/token, before training {c['base_gap']:.3f}{agreed}"
+
+
+def _held_back(c: dict) -> str:
+    """Why an item the log-prob criterion would retire stays: the behaviour test (``c``: an ItemCheck's record)."""
+    if c.get("form_needed"):
+        return (
+            f"its replies without it agree in {c['form']} on {c['form_agree']} of {c['form_n']} recent prompts and "
+            f"{c['new_agree']} of {c['new_n']} new ones, but it has only {c['form_n']} turns to compare on "
+            f"({c['form_needed']} needed)"
+        )
+    # A length item with a direction fails only on replies that go the wrong way: say which.
+    wrong = {"shorter": "are longer than with it", "longer": "are shorter than with it"}
+    differ = wrong.get(c.get("form_direction") or "", f"differ in {c['form']}")
+    (fw, fwo), (nw, nwo) = c["form_words"], c["new_words"]
+    return (
+        f"the adapter's replies without it {differ} on {c['form_n'] - c['form_agree']} of {c['form_n']} of its "
+        f"recent prompts and {c['new_n'] - c['new_agree']} of {c['new_n']} new ones (gap {c['gap']:.3f} "
+        f"nats/token, before training {c['base_gap']:.3f}; words with / without it {fw:.0f} / {fwo:.0f} and "
+        f"{nw:.0f} / {nwo:.0f})"
+    )
+
+
+def standing(c: dict, version: int, *, on_form: bool = False) -> str:
+    """Where an item stands after version ``version``'s learned check, for the person (the F8 screen and
+    ``clawdesk prefs list``). ``c`` is the item's entry in that version's ``validation["memory"]``
+    (:meth:`ItemCheck.record`); ``on_form``: the item is on an aspect the behaviour test reads
+    (:func:`form_aspect`). The thresholds named are this module's defaults, the app's."""
+    at = f"v{version}"
+    decision, status = c.get("decision"), c.get("status")
+    if decision == "skipped":
+        return f"{at} had no turn served with it that fits the check; it stays in the prompt"
+    if decision == "held":
+        return (
+            f"{at}: the weights no longer carry it, but it stays out of the prompt: #{c['held_by']}, noted since on "
+            "a related topic, may have changed it"
+        )
+    if decision == "learned":
+        return f"learned at {at}: the adapter carries it, so it left the prompt ({_numbers(c)})"
+    if decision == "active":
+        return f"back in the prompt at {at}: the weights no longer carry it ({_numbers(c)})"
+    if status == "learned":
+        return f"still carried by the weights at {at} ({_numbers(c)})"
+    if c.get("form"):
+        return f"stays in the prompt at {at}: {_held_back(c)}"
+    if not c.get("n_trained"):
+        return f"stays in the prompt at {at}: no version has trained on a turn that showed it yet"
+    gap, base_gap = c["gap"], c["base_gap"]
+    if base_gap < MIN_EFFECT:
+        # Nothing the log-prob check reads (a reply's first tokens) moves with it: it cannot be seen taken over.
+        return (
+            f"stays in the prompt at {at}: it hardly changes how replies begin (before training {base_gap:.3f} "
+            f"nats/token, {MIN_EFFECT} needed), so the check cannot see the weights take it over"
+        )
+    carried = min(max(1 - gap / base_gap, 0.0), 1.0)
+    also = f" and its replies without it agree on {math.ceil(FORM_SHARE * FORM_PROMPTS)} of {FORM_PROMPTS}" * on_form
+    return (
+        f"stays in the prompt at {at}: the weights carry {carried:.0%} of its effect on its recent replies; it "
+        f"leaves once they carry {1 - LEARN_RATIO:.0%}{also} ({_numbers(c)})"
+    )
+
+
+def form_aspect(text: str) -> bool:
+    """Whether an item's text is about a reply's form the behaviour test compares (length, lists, …)."""
+    return aspect(text) in reply_form.FORM_ASPECTS

@@ -121,6 +121,23 @@ def version_samples(store: Store, version: int) -> list[dict[str, Any]]:
     return [{"turn_id": r["turn_id"], "reward": r["reward"], "has_hint": bool(r["has_hint"])} for r in rows]
 
 
+def last_item_checks(store: Store) -> dict[int, tuple[int, dict[str, Any]]]:
+    """Per preference item, the newest ready version's learned check of it: ``{item_id: (version, record)}``.
+
+    The records are what :mod:`clawdesk.learn.consolidate` wrote into each version's
+    ``validation["memory"]``; an item no version has checked yet is absent.
+    """
+    rows = store.db.execute(
+        "SELECT a.version, j.value FROM adapters a, json_each(a.validation, '$.memory') j "
+        "WHERE a.status = 'ready' ORDER BY a.version"
+    ).fetchall()
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    for version, value in rows:
+        record = json.loads(value)
+        out[record["item_id"]] = (version, record)  # oldest first: the newest check wins
+    return out
+
+
 def highest_version(store: Store) -> int:
     """The highest version number the log has recorded (0 when none)."""
     return int(store.db.execute("SELECT coalesce(max(version), 0) FROM adapters").fetchone()[0])

@@ -4,6 +4,9 @@ Only renders and calls :mod:`clawdesk.store.prefs` on the main-thread store. Act
 every new turn's prompt shows as the user's stated preferences; *learned* ones left the prompt
 because the adapter carries them; *removed* ones (taken out, or replaced by a later item on the
 same topic) stay listed until deleted. Deleting overwrites the text in the file (``secure_delete``).
+Under the table, the highlighted item's standing in the newest learned check that measured it
+(:func:`clawdesk.learn.consolidate.standing`, read from the versions' ``validation``): how much of
+it the weights carry and what it still needs before it leaves the prompt.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from clawdesk.errors import ClawDeskError
+from clawdesk.learn.consolidate import form_aspect, standing
 from clawdesk.store.prefs import (
     count_preferences,
     delete_preference,
@@ -23,6 +27,7 @@ from clawdesk.store.prefs import (
     remove_preference,
     restore_preference,
 )
+from clawdesk.store.versions import last_item_checks
 from clawdesk.ui.screens import TextPromptScreen
 
 SHOWN = 500  # items listed (pinned, then newest, first)
@@ -54,6 +59,7 @@ class PreferencesScreen(Screen[None]):
         super().__init__()
         self.store = store
         self.ids: list[int] = []
+        self.checks: dict[int, tuple[int, dict]] = {}
 
     def compose(self):
         yield Header()
@@ -64,6 +70,7 @@ class PreferencesScreen(Screen[None]):
             id="prefs-intro",
         )
         yield DataTable(id="prefs", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="prefs-check")
         yield Static("", id="prefs-detail")
         yield Footer()
 
@@ -77,6 +84,7 @@ class PreferencesScreen(Screen[None]):
         table.clear()
         items = list_preferences(self.store, limit=SHOWN)
         self.ids = [p.id for p in items]
+        self.checks = last_item_checks(self.store)
         for p in items:
             source = f"turn {p.source_turn_id}" if p.source_turn_id is not None else "by hand"
             status = p.status if p.replaced_by is None else f"replaced by #{p.replaced_by}"
@@ -94,6 +102,28 @@ class PreferencesScreen(Screen[None]):
             else "No preferences yet: when you tell the assistant how you like replies, it notes it here."
         )
         self.query_one("#prefs-detail", Static).update(detail)
+        self._show_check()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_check()
+
+    def _show_check(self) -> None:
+        """The highlighted item's standing in the newest learned check that measured it."""
+        pref_id = self._selected()
+        text = ""
+        if pref_id is not None:
+            item = get_preference(self.store, pref_id)
+            if item.status == "removed":
+                text = f"#{item.id} is not in the prompt (removed or replaced); r restores it."
+            elif pref_id in self.checks:
+                version, record = self.checks[pref_id]
+                text = f"#{item.id} {standing(record, version, on_form=form_aspect(item.text))}."
+            else:
+                text = (
+                    f"#{item.id} has not been checked yet: after each version training makes, the learned check "
+                    "measures whether the weights carry it, and then it leaves the prompt."
+                )
+        self.query_one("#prefs-check", Static).update(text)
 
     def _selected(self) -> int | None:
         if not self.ids:

@@ -513,3 +513,40 @@ def test_cli_prefs_list_shows_when_an_item_was_learned(home, capsys):
     assert main(["prefs", "list"]) == 0
     out = capsys.readouterr().out
     assert "LEARNED" in out and item.learned_at[:16].replace("T", " ") in out and "left the prompt" in out
+
+
+def test_prefs_list_says_where_each_item_stands_in_the_newest_check_that_measured_it(home, capsys, tmp_path):
+    from clawdesk.cli import main
+    from clawdesk.config import load_config
+    from clawdesk.learn.consolidate import ItemCheck
+    from clawdesk.runtime import open_store
+    from clawdesk.store.versions import last_item_checks
+    from tests.support.demo_lora import add_version_row
+
+    for text in ("Do not use any list or bullet points.", "Answer in French.", "Use metric units."):
+        assert main(["prefs", "add", text]) == 0
+
+    def check(item: int, gap: float) -> dict:
+        return ItemCheck(item, "active", 3, 96, 2, gap, 0.5, "kept").record()
+
+    store = open_store(load_config(home))
+    try:
+        add_version_row(store, tmp_path / "v1", 1, validation={"memory": [check(1, 0.45), check(2, 0.4)]})
+        add_version_row(store, tmp_path / "v2", 2, status="rejected", validation={"memory": [check(1, 0.0)]})
+        add_version_row(store, tmp_path / "v3", 3, validation={"max_ppl_ratio": 1.01})  # checked no item
+        add_version_row(store, tmp_path / "v4", 4, validation={"memory": [check(1, 0.3)]})
+        latest = {item: (version, record["gap"]) for item, (version, record) in last_item_checks(store).items()}
+    finally:
+        store.close()
+    assert latest == {1: (4, 0.3), 2: (1, 0.4)}  # the newest ready version's, per item; #3 never checked
+    capsys.readouterr()
+    assert main(["prefs", "list"]) == 0
+    out = capsys.readouterr().out.split("the learned check, after each trained version:\n")[1]
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        "  #2: stays in the prompt at v1: the weights carry 20% of its effect on its recent replies; it leaves once "
+        "they carry 75% (gap 0.400"
+    )  # French is no form the behaviour test reads: only the log-prob criterion is named
+    assert lines[1].startswith("  #1: stays in the prompt at v4: the weights carry 40%")
+    assert "agree on 7 of 8" in lines[1]  # a list ban: the behaviour test's share too
+    assert len(lines) == 2

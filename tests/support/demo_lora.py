@@ -56,14 +56,22 @@ def write_version_dir(path: Path, *, sha: str = "test-sha", arch: str = "llama",
 
 
 def add_version_row(
-    store: Store, vdir: Path, n: int, *, status: str = "ready", sha: str = "test-sha", metrics=None, note: str = ""
+    store: Store,
+    vdir: Path,
+    n: int,
+    *,
+    status: str = "ready",
+    sha: str = "test-sha",
+    metrics=None,
+    note: str = "",
+    validation=None,
 ) -> None:
     """The ``adapters`` row of version ``n`` stored in ``vdir``, for the demo engine's sha ("test-sha")."""
     with store.transaction():
         store.db.execute(
             "INSERT INTO adapters(version, status, base_name, base_sha256, path, n_samples, metrics, validation, note,"
-            " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, '{}', ?, ?)",
-            [n, status, sha, str(vdir), json.dumps(metrics or {}), note, now_iso()],
+            " created_at) VALUES (?, ?, 'smollm2-135m', ?, ?, 1, ?, ?, ?, ?)",
+            [n, status, sha, str(vdir), json.dumps(metrics or {}), json.dumps(validation or {}), note, now_iso()],
         )
 
 

@@ -118,6 +118,37 @@ async def test_a_learned_item_shows_when_it_was_learned(config, store):
         assert "1 learned" in str(app.screen.query_one("#prefs-detail").render())
 
 
+async def test_f8_says_where_the_highlighted_item_stands_in_the_learned_check(config, store, tmp_path):
+    from clawdesk.learn.consolidate import ItemCheck
+    from clawdesk.store.prefs import remove_preference
+    from tests.support.demo_lora import add_version_row
+
+    checked = add_preference(store, "Answer in at most 40 words.").item
+    fresh = add_preference(store, "Use metric units.").item
+    gone = add_preference(store, "Answer in French.").item
+    remove_preference(store, gone.id)
+    record = ItemCheck(checked.id, "active", 3, 96, 2, 0.3, 0.5, "kept").record()
+    add_version_row(store, tmp_path / "v1", 1, validation={"memory": [record]})
+    app = RecordingApp(config, ScriptedEngine(["Sure."]), store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, PreferencesScreen), "the preferences screen")
+
+        def said() -> str:
+            return str(app.screen.query_one("#prefs-check").render())
+
+        assert [str(app.screen.query_one("DataTable").get_row_at(i)[0]) for i in range(3)] == [
+            str(gone.id), str(fresh.id), str(checked.id)
+        ]  # fmt: skip
+        assert said() == f"#{gone.id} is not in the prompt (removed or replaced); r restores it."
+        await pilot.press("down")
+        await wait_until(pilot, lambda: said().startswith(f"#{fresh.id} has not been checked yet"), "the next row")
+        await pilot.press("down")
+        await wait_until(pilot, lambda: said().startswith(f"#{checked.id} stays in the prompt at v1"), "the last row")
+        # A length item: the behaviour test's share is named beside the log-prob criterion.
+        assert "the weights carry 40% of its effect" in said() and "agree on 7 of 8" in said()
+
+
 # -- issue #22's "done when", end to end in the TUI --------------------------------------------
 
 CORRECTION = "Please start your reply with 'Hi there!'."  # a hi-there persona's complaint (assets/personas)
