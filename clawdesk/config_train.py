@@ -102,6 +102,10 @@ class TrainConfig:
     # base finds them) or "end" (only the end-of-turn token that closed the reply: the stop).
     # objective.combined_loss; measured on `brief` and `no-lists`: docs/learning.md, stops 47-48.
     opd_keep_satisfied: str = "off"
+    # The learned check's behaviour test on a length item that names its limit ("at most 40 words"): a reply
+    # without the item within that limit agrees, one past it only if the reply with the item went as far
+    # (store/pref_topics.length_bound; learn/consolidate.py). false: the replies' lengths must be close.
+    item_word_limit: bool = False
 
     def __post_init__(self) -> None:
         _check(

@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING
 
 from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
-from clawdesk.store.pref_topics import aspect, length_direction
+from clawdesk.store.pref_topics import aspect, length_bound, length_direction
 from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_block, turn_memory_items
 
@@ -116,6 +116,7 @@ class ItemCheck:
     new_n: int | None = None
     new_words: tuple[float, float] | None = None
     form_needed: int | None = None  # set where the replies agreed on too few of its turns: how many it needs
+    form_bound: int | None = None  # the word limit the item names, where it decided (train.item_word_limit)
 
     @property
     def form_held_back(self) -> bool:
@@ -140,6 +141,7 @@ def check_items(
     form_prompts: int = FORM_PROMPTS,
     turns: int = CHECK_TURNS,
     tokens: int = CHECK_TOKENS,
+    word_limit: bool = False,
 ) -> list[ItemCheck]:
     """Measure every active and learned item under the learner's current weights (nothing is changed).
 
@@ -147,7 +149,8 @@ def check_items(
     may not be recorded yet), counted as trained on. ``probe`` (the general prompts and how to read
     replies) turns the behaviour test on, on its first ``form_prompts`` prompts and as many of the item's
     newest turns, all of which an item needs compared before it may leave; without it the log-prob
-    criterion decides alone.
+    criterion decides alone. ``word_limit`` (``train.item_word_limit``): on a length item that names its
+    limit ("at most 40 words"), a reply without the item within that limit agrees (:func:`reply_form.agrees`).
     """
     now = set(trained_now)
     held_now: dict[int, int] = {}
@@ -178,6 +181,7 @@ def check_items(
         # What the adapter *writes* is asked of an item about to leave and of a learned one its log-probs still carry.
         if probe is not None and kind in reply_form.FORM_ASPECTS and (retiring or carried):
             direction = length_direction(item.text) if kind == "length" else None
+            bound = length_bound(item.text) if word_limit and kind == "length" else None
             # Not bound to `turns`: that is the log-prob check's count, which the next item still needs.
             # Its newest turns, whatever else they held: where the person is now (fewest items first
             # read a stacked phase's first item on the turns from before the second, stop 49).
@@ -185,7 +189,7 @@ def check_items(
             recent = [(t.served_ids, t.student_ids) for t in recent_turns]
             block = turn_memory_block(store, found[0].turn_id)  # as served on the turn that held the fewest items
             new = list(zip(probe.render(block), probe.student, strict=True))[:form_prompts]
-            form = _behaviour(learner, probe, recent, new, kind, direction)
+            form = _behaviour(learner, probe, recent, new, kind, direction, bound)
             share = form_share if retiring else RETURN_FORM_SHARE
             # Both sets: the turns where the person asked for it, and conversations the memory never covered.
             agreed = all(form[f"{k}_agree"] >= math.ceil(share * form[f"{k}_n"]) for k in ("form", "new"))
@@ -207,12 +211,20 @@ def check_items(
     return out
 
 
-def _behaviour(learner: Learner, probe: FormProbe, recent: list, new: list, kind: str, direction: str | None) -> dict:
+def _behaviour(
+    learner: Learner,
+    probe: FormProbe,
+    recent: list,
+    new: list,
+    kind: str,
+    direction: str | None,
+    bound: int | None = None,
+) -> dict:
     """The behaviour test's fields: the adapter's greedy replies to each (prompt with the items, without them)
     pair of ``recent`` (the item's own turns) and ``new`` (the probe's prompts), compared on ``kind``."""
-    out: dict = {"form": kind, "form_direction": direction}
+    out: dict = {"form": kind, "form_direction": direction, "form_bound": bound}
     for key, (served, own) in zip(("form", "new"), form_replies(learner, probe.decode, [recent, new]), strict=True):
-        out[f"{key}_agree"] = reply_form.agreement(kind, served, own, direction)
+        out[f"{key}_agree"] = reply_form.agreement(kind, served, own, direction, bound)
         out[f"{key}_n"] = len(served)
         out[f"{key}_words"] = (reply_form.mean_words(served), reply_form.mean_words(own))
     return out
@@ -282,6 +294,9 @@ def _held_back(c: dict) -> str:
     # A length item with a direction fails only on replies that go the wrong way: say which.
     wrong = {"shorter": "are longer than with it", "longer": "are shorter than with it"}
     differ = wrong.get(c.get("form_direction") or "", f"differ in {c['form']}")
+    if c.get("form_bound") is not None and c.get("form_direction") in wrong:
+        past = "over" if c["form_direction"] == "shorter" else "under"
+        differ = f"{differ} and {past} its {c['form_bound']} words"
     (fw, fwo), (nw, nwo) = c["form_words"], c["new_words"]
     return (
         f"the adapter's replies without it {differ} on {c['form_n'] - c['form_agree']} of {c['form_n']} of its "

@@ -50,14 +50,17 @@ def paragraphs(text: str) -> int:
     return min(sum(1 for block in _BLANK_LINE.split(text) if block.strip()), MAX_PARAGRAPHS)
 
 
-def agrees(aspect: str, served: str, own: str, direction: str | None = None) -> bool:
+def agrees(aspect: str, served: str, own: str, direction: str | None = None, bound: int | None = None) -> bool:
     """Whether ``own`` (the adapter's reply without the items) does what ``served`` (with them) does on ``aspect``.
 
     ``aspect`` is one of :data:`FORM_ASPECTS`. On ``length`` the word counts must be close (within
     :data:`LENGTH_RATIO` or :data:`LENGTH_SLACK` words) unless ``direction`` says which way the item
     points (:func:`clawdesk.store.pref_topics.length_direction`): for ``"shorter"`` a reply without the
     item that is shorter agrees too, for ``"longer"`` one that is longer. Without a direction the rule is
-    symmetric.
+    symmetric. ``bound`` is the word count the item names as its limit in that direction
+    (:func:`clawdesk.store.pref_topics.length_bound`, with ``train.item_word_limit``); with it the limit
+    replaces the closeness rule: a reply within it agrees (it does what the item asks), one past it only
+    if the reply with the item went as far.
     """
     if direction not in (None, "shorter", "longer"):
         raise ValueError(f"a length direction is 'shorter', 'longer' or None, not {direction!r}")
@@ -65,6 +68,9 @@ def agrees(aspect: str, served: str, own: str, direction: str | None = None) -> 
         n, m = len(words(served)), len(words(own))
         if (direction == "shorter" and m <= n) or (direction == "longer" and m >= n):
             return True
+        if bound is not None and direction in ("shorter", "longer"):
+            # The item's own limit decides, not closeness: 45 words beside 38 break "at most 40 words".
+            return m <= bound if direction == "shorter" else m >= bound
         lo, hi = sorted((n, m))
         return hi <= LENGTH_RATIO * lo or hi - lo <= LENGTH_SLACK
     if aspect == "lists":
@@ -79,9 +85,13 @@ def agrees(aspect: str, served: str, own: str, direction: str | None = None) -> 
 
 
 def agreement(
-    aspect: str | None, served: Sequence[str], own: Sequence[str], direction: str | None = None
+    aspect: str | None,
+    served: Sequence[str],
+    own: Sequence[str],
+    direction: str | None = None,
+    bound: int | None = None,
 ) -> int | None:
     """How many prompts' pairs (``served[i]``, ``own[i]``) agree on ``aspect``; None if it has no surface feature."""
     if aspect not in FORM_ASPECTS:
         return None
-    return sum(agrees(aspect, a, b, direction) for a, b in zip(served, own, strict=True))
+    return sum(agrees(aspect, a, b, direction, bound) for a, b in zip(served, own, strict=True))

@@ -337,7 +337,7 @@ class _Run:
         self.progress("validating", step, "checking which preference items the adapter carries")
         return consolidate.check_items(
             self.store, learner, self.base_sha256, trained_now={s.turn_id for s in batch},
-            probe=self._form_probe(),
+            probe=self._form_probe(), word_limit=self.config.item_word_limit,
         )  # fmt: skip
 
     def _form_probe(self) -> FormProbe | None:

@@ -154,6 +154,49 @@ def length_direction(text: str) -> str | None:
     return "shorter" if shorter > longer else "longer"
 
 
+# A number of words an item states as its limit: "at most 40 words", "under fifty words", "300 words or more".
+_NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+    "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100,
+}  # fmt: skip
+_COUNT = r"(\d+|" + "|".join(_NUMBER_WORDS) + ")"
+_BOUNDS: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
+    (re.compile(p), direction, shift)
+    for p, direction, shift in (
+        (rf"\b(?:at most|max|maximum|no more than|up to|within) {_COUNT} words?\b", "shorter", 0),
+        (rf"\b(?:under|fewer than|less than) {_COUNT} words?\b", "shorter", -1),
+        (rf"\b{_COUNT} words? or (?:fewer|less)\b", "shorter", 0),
+        (rf"\b(?:at least|minimum of|min) {_COUNT} words?\b", "longer", 0),
+        (rf"\b(?:more than|over) {_COUNT} words?\b", "longer", 1),
+        (rf"\b{_COUNT} words? or more\b", "longer", 0),
+    )
+)
+
+
+def length_bound(text: str) -> int | None:
+    """The word count a length wish states as its limit, in its :func:`length_direction`; None if it names none.
+
+    "at most 40 words" → 40 and "under 40 words" → 39 (shorter: the most words that satisfy it);
+    "at least 300 words" → 300 (longer: the fewest). Why: with ``train.item_word_limit`` the behaviour
+    test counts a reply without the item that keeps the item's own limit as agreeing, however it
+    compares in length with the reply written with it (docs/learning.md, "The item's own word limit").
+    """
+    direction = length_direction(text)
+    if direction is None:
+        return None
+    plain = re.sub(r"\bno longer than\b", "at most", without_quotes(text))
+    bounds = [
+        (int(m.group(1)) if m.group(1).isdigit() else _NUMBER_WORDS[m.group(1)]) + shift
+        for pattern, way, shift in _BOUNDS
+        if way == direction
+        for m in pattern.finditer(plain)
+    ]
+    if not bounds:
+        return None
+    return min(bounds) if direction == "shorter" else max(bounds)
+
+
 # -- the word rule -----------------------------------------------------------------------------
 
 # Words that carry no topic: function words, politeness, negations and the verbs every preference

@@ -380,6 +380,28 @@ def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, c
         assert (agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
 
 
+def test_with_item_word_limit_the_items_own_limit_decides(learner, engine, config, store, demo_gguf, tmp_path):
+    """``train.item_word_limit``: "at most five words" is kept by a reply of five words or fewer, whatever the
+    reply with the item did; the limit is recorded, and the held-back line names it."""
+    add_preference(store, "Answer in at most five words.")
+    turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
+    probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
+    sha = engine.identity.sha256
+    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
+    lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
+    (c,) = consolidate.check_items(
+        store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, word_limit=True, **lenient
+    )
+    assert (c.form, c.form_direction, c.form_bound) == ("length", "shorter", 5), c
+    for agree, (with_item, without) in ((c.form_agree, c.form_words), (c.new_agree, c.new_words)):
+        assert (agree == 1) is (without <= with_item or without <= 5), (agree, with_item, without)
+    (off,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, **lenient)
+    assert off.form_bound is None and (off.form_words, off.new_words) == (c.form_words, c.new_words)  # same replies
+    held = dataclasses.replace(c, decision="kept", status="active", form_agree=0, form_needed=None)
+    (line,) = consolidate.apply_checks(None, [held])
+    assert "replies without it are longer than with it and over its 5 words on 1 of 1" in line
+
+
 def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
     held = consolidate.ItemCheck(
         item_id=3, status="active", n_turns=3, n_tokens=96, n_trained=8, gap=0.01, base_gap=0.2, decision="kept",

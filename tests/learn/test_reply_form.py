@@ -88,3 +88,18 @@ def test_agreement_counts_pairs_and_has_no_feature_for_language_or_tone():
         agrees("tone", "a", "b")
     with pytest.raises(ValueError):
         agreement("length", served, own[:2])  # every served reply has its own-reply pair
+
+
+@pytest.mark.parametrize(
+    ("served", "own", "direction", "same"),
+    [
+        (20, 38, "shorter", True),  # within "at most 40": it does what the item asks, however far from 20
+        (38, 45, "shorter", False),  # past 40: close to 38 no longer counts
+        (46, 45, "shorter", True),  # past 40, but no further than the reply with the item went
+        (320, 300, "longer", True),  # "at least 300"
+        (320, 290, "longer", False),
+    ],
+)
+def test_with_the_items_word_limit_the_limit_decides(served, own, direction, same):
+    bound = 40 if direction == "shorter" else 300
+    assert agrees("length", _n_words(served), _n_words(own), direction, bound) is same

@@ -6,7 +6,15 @@ Pure text, plus a real SQLite store for the replacement; the labelled sets are t
 
 from __future__ import annotations
 
-from clawdesk.store.pref_topics import ASPECTS, aspect, aspect_counts, length_direction, same_topic, same_words
+from clawdesk.store.pref_topics import (
+    ASPECTS,
+    aspect,
+    aspect_counts,
+    length_bound,
+    length_direction,
+    same_topic,
+    same_words,
+)
 from clawdesk.store.prefs import active_preferences, add_preference, list_preferences
 from tests.support.bench import load_bench
 
@@ -53,6 +61,18 @@ def test_a_length_wish_says_which_way_it_points():
     assert length_direction("Write at least five sentences.") == "longer"
     assert length_direction("Start with 'Keep it brief'.") is None  # quoted: what to say, not the wish
     assert length_direction("Use British spelling.") is None
+
+
+def test_a_length_wish_s_word_limit_is_read_in_its_direction():
+    # The persona's hint and the self judge's brevity items of a `brief` run (runs of stop 47), then the edges.
+    assert length_bound("Answer in at most 40 words, giving only the essential point.") == 40
+    assert length_bound("I don't need an essay, keep it under 40 words.") == 39
+    assert length_bound("Please be brief: forty words or fewer.") == 40
+    assert length_bound("Cut it down to a couple of sentences at most.") is None  # sentences: no word count
+    assert length_bound("No longer than 50 words, please.") == 50
+    assert length_bound("Write at least 300 words.") == 300 and length_bound("Use more than 99 words.") == 100
+    assert length_bound("Start with 'at most 40 words'.") is None  # quoted: what to say
+    assert length_bound("Use at most 3 emojis, keep it short.") is None  # a count, but not of words
 
 
 def test_quoted_text_is_what_to_say_not_what_the_wish_is_about():
