@@ -31,7 +31,9 @@ item is marked *learned* and leaves the prompt (:func:`~clawdesk.store.prefs.mar
   else they held) and general prompts no turn held (:mod:`clawdesk.learn.form_probe`, served with the memory block
   of the item's own turn); on length in the item's direction where its words give one
   (:func:`~clawdesk.store.pref_topics.length_direction`: without "at most 40 words" a *shorter* reply
-  still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions). So the
+  still agrees; the symmetric rule kept `brief`'s item in the prompt for 48 interactions; with
+  ``train.item_word_limit`` a reply within the word limit the item names agrees, and one past it only
+  if the reply with the items went as far). So the
   item leaves the prompt only when the person would hardly see the difference, where they asked
   and in a conversation the weights were not trained on. Each set alone misjudged a measured case
   (docs/learning.md, "The behaviour test"): the recent turns are training turns, which the adapter
