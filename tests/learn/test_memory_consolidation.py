@@ -365,8 +365,12 @@ def test_the_behaviour_test_checks_every_item_when_several_are_kept(
 
 
 @pytest.mark.slow
-def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, config, store, demo_gguf, tmp_path):
-    """ "At most N words" is read as a wish for shorter replies: the test records the direction it used."""
+def test_a_length_item_is_compared_in_its_direction_and_with_item_word_limit_by_its_own_limit(
+    learner, engine, config, store, demo_gguf, tmp_path
+):
+    """ "At most N words" is read as a wish for shorter replies: the test records the direction it used. With
+    ``train.item_word_limit`` a reply of five words or fewer keeps it, whatever the reply with the item did;
+    the limit is recorded, and the held-back line names it."""
     add_preference(store, "Answer in at most five words.")
     turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
     probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
@@ -374,30 +378,18 @@ def test_a_length_item_is_compared_in_the_direction_it_points(learner, engine, c
     (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
     lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
     (c,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, **lenient)
-    assert (c.form, c.form_direction, c.form_n, c.new_n) == ("length", "shorter", 1, 1), c
+    assert (c.form, c.form_direction, c.form_n, c.new_n, c.form_bound) == ("length", "shorter", 1, 1, None), c
     assert c.decision == ("learned" if c.form_agree == c.new_agree == 1 else "kept")
     for agree, (with_item, without) in ((c.form_agree, c.form_words), (c.new_agree, c.new_words)):
         assert (agree == 1) is (without <= with_item or without <= 1.3 * with_item or without - with_item <= 5)
 
-
-def test_with_item_word_limit_the_items_own_limit_decides(learner, engine, config, store, demo_gguf, tmp_path):
-    """``train.item_word_limit``: "at most five words" is kept by a reply of five words or fewer, whatever the
-    reply with the item did; the limit is recorded, and the held-back line names it."""
-    add_preference(store, "Answer in at most five words.")
-    turn_ids = [_served(engine, config, store, memory=True, text="What is 3 + 4?", placement="user")]
-    probe = _probe(demo_gguf, config, tmp_path, "What is 2 + 2?")
-    sha = engine.identity.sha256
-    (blind,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids)
-    lenient = {"min_effect": -1.0, "learn_ratio": 1.01 if blind.base_gap > 0 else 0.99}
-    (c,) = consolidate.check_items(
+    (w,) = consolidate.check_items(
         store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, word_limit=True, **lenient
     )
-    assert (c.form, c.form_direction, c.form_bound) == ("length", "shorter", 5), c
-    for agree, (with_item, without) in ((c.form_agree, c.form_words), (c.new_agree, c.new_words)):
+    assert (w.form_bound, w.form_words, w.new_words) == (5, c.form_words, c.new_words), w  # the same replies
+    for agree, (with_item, without) in ((w.form_agree, w.form_words), (w.new_agree, w.new_words)):
         assert (agree == 1) is (without <= with_item or without <= 5), (agree, with_item, without)
-    (off,) = consolidate.check_items(store, learner, sha, trained_now=turn_ids, probe=probe, form_prompts=1, **lenient)
-    assert off.form_bound is None and (off.form_words, off.new_words) == (c.form_words, c.new_words)  # same replies
-    held = dataclasses.replace(c, decision="kept", status="active", form_agree=0, form_needed=None)
+    held = dataclasses.replace(w, decision="kept", status="active", form_agree=0, form_needed=None)
     (line,) = consolidate.apply_checks(None, [held])
     assert "replies without it are longer than with it and over its 5 words on 1 of 1" in line
 
