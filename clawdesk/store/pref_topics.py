@@ -135,6 +135,12 @@ _SHORTER: tuple[re.Pattern[str], ...] = tuple(
 )
 
 
+def _length_words(text: str) -> str:
+    """``text`` as the length rules read it: quotes blanked, "no longer than" as the "at most" it means
+    (before :data:`_LONGER` takes its "longer")."""
+    return re.sub(r"\bno longer than\b", "at most", without_quotes(text))
+
+
 def length_direction(text: str) -> str | None:
     """Which way a wish about length points: ``"shorter"``, ``"longer"``, or None (no cue, or a tie).
 
@@ -142,8 +148,7 @@ def length_direction(text: str) -> str | None:
     an item with those with it; for "at most 40 words" a reply without it that is *shorter* still does
     what the item asks, and only a longer one shows the item is not yet learned.
     """
-    plain = without_quotes(text)
-    plain = re.sub(r"\bno longer than\b", "at most", plain)  # before _LONGER takes its "longer"
+    plain = _length_words(text)
     longer = 0
     for pattern in _LONGER:
         longer += len(pattern.findall(plain))
@@ -185,7 +190,7 @@ def length_bound(text: str) -> int | None:
     direction = length_direction(text)
     if direction is None:
         return None
-    plain = re.sub(r"\bno longer than\b", "at most", without_quotes(text))
+    plain = _length_words(text)
     bounds = [
         (int(m.group(1)) if m.group(1).isdigit() else _NUMBER_WORDS[m.group(1)]) + shift
         for pattern, way, shift in _BOUNDS
