@@ -176,6 +176,7 @@ class _Run:
             top_p=chat.top_p,
             max_tokens=chat.max_reply_tokens,
             stop=ECHO_STOPS,
+            repeat_stop=chat.repeat_stop,
         )
 
     def emit(self, event: AgentEvent) -> None:

@@ -66,6 +66,7 @@ class ChatConfig:
     temperature: float = 0.7
     top_p: float = 0.9
     max_reply_tokens: int = 1024
+    repeat_stop: int = 64  # a reply that repeats itself this many tokens ends there (engine/repeats.py); 0 = never
     thinking: bool = True  # default for new chats (Qwen3 only)
     max_message_chars: int = 100_000
 
@@ -73,6 +74,10 @@ class ChatConfig:
         _check(0.0 <= self.temperature <= 2.0, f"chat.temperature must be in 0..2, got {self.temperature}")
         _check(0.0 < self.top_p <= 1.0, f"chat.top_p must be in (0, 1], got {self.top_p}")
         _check(self.max_reply_tokens >= 1, "chat.max_reply_tokens must be >= 1")
+        _check(
+            self.repeat_stop == 0 or self.repeat_stop >= 16,
+            f"chat.repeat_stop must be 0 (off) or >= 16 tokens, got {self.repeat_stop}",
+        )
         _check(self.max_message_chars >= 1, "chat.max_message_chars must be >= 1")
 
 

@@ -25,6 +25,7 @@ def test_file_values_and_overrides(tmp_path):
     "text, needle",
     [
         ("[chat]\ntemperature = 5.0\n", "chat.temperature"),
+        ("[chat]\nrepeat_stop = 8\n", "chat.repeat_stop must be 0 (off) or >= 16 tokens, got 8"),
         ("[chat]\ntemprature = 0.5\n", "unknown key(s) in [chat]: temprature"),
         ("[bogus]\nx = 1\n", "unknown section(s) bogus"),
         ("[chat\n", "not valid TOML"),
@@ -49,6 +50,7 @@ def test_dataclasses_validate_in_post_init():
     with pytest.raises(ValueError, match="max_ppl_ratio"):
         TrainConfig(max_ppl_ratio=0.9)  # below 1 would reject an unchanged adapter; 0 is "off"
     assert TrainConfig(max_ppl_ratio=0).max_ppl_ratio == 0
+    assert ChatConfig().repeat_stop == 64 and ChatConfig(repeat_stop=0).repeat_stop == 0  # 0: loops run to the limit
 
 
 def test_home_precedence(tmp_path, monkeypatch):

@@ -119,7 +119,9 @@ def cmd_ask(args: argparse.Namespace, config: Config) -> int:
             activity.finish()
             if result.dropped_turns:
                 print(f"[{result.dropped_turns} earlier exchange(s) left out to fit the context]", file=sys.stderr)
-            if result.status != "finished":
+            if result.reply.cut == "repeat":
+                print("[reply cut: it kept repeating itself (chat.repeat_stop)]", file=sys.stderr)
+            elif result.status != "finished":
                 print(f"[reply {result.status}]", file=sys.stderr)
             if result.stopped == "max_steps":
                 print(f"[stopped after tools.max_steps = {config.tools.max_steps} model calls]", file=sys.stderr)

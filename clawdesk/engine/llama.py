@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clawdesk.engine.kv_keep import ChatKVKeeper
+from clawdesk.engine.logprobs import continuation_sums
 from clawdesk.engine.lora import LoraSlot
 from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import (
@@ -31,6 +32,7 @@ from clawdesk.engine.prompt import (
     in_thinking,
     split_thinking,
 )
+from clawdesk.engine.repeats import RepeatWatch
 from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
 from clawdesk.engine.stops import StopCut
 from clawdesk.engine.threads import ThreadBudget, all_threads
@@ -220,8 +222,9 @@ class Engine:
 
         ``resume_ids`` continues an interrupted reply (the judge's pause/resume). Stops at an
         end-of-generation token (kept in ``reply_ids``: it was sampled and is trained on), at
-        ``max_tokens``/context end ("length"), when cancelled ("cancelled"), or before a ``params.stop``
-        string it wrote (ids and text cut on a token boundary: :mod:`clawdesk.engine.stops`). ``seed`` fixes
+        ``max_tokens``/context end ("length"), once it loops ("length", ``cut="repeat"``:
+        :mod:`clawdesk.engine.repeats`), when cancelled ("cancelled"), or before a ``params.stop`` string
+        it wrote (ids and text cut on a token boundary: :mod:`clawdesk.engine.stops`). ``seed`` fixes
         the sampling stream (the judge's votes); by default each call gets the next seed of a
         per-engine sequence, so repeated prompts can differ yet a fresh engine is reproducible.
         ``grammar`` (GBNF) constrains the output, e.g. so a judge vote always ends in a score.
@@ -248,6 +251,7 @@ class Engine:
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             raw = "".join(decoder.decode(self.llm.detokenize([t], special=True)) for t in reply_ids)
             status, first_at, cut = "finished", None, StopCut(params.stop)
+            watch, cut_by = RepeatWatch(params.repeat_stop, resume_ids), ""
             if not self._eval_prompt(ids, stopped, prompt_chunk):
                 status = "cancelled"
             else:
@@ -276,6 +280,9 @@ class Engine:
                             on_delta(Delta(text=piece, thinking=in_thinking(shown), n_tokens=len(reply_ids)))
                         if hit:  # written, not served: the ids and text end before the stop string
                             del reply_ids[len(resume_ids) + (cut.kept or 0) :]
+                            break
+                        if watch.add(int(tok)):  # a loop: what follows would only repeat it
+                            status, cut_by = "length", "repeat"
                             break
                         if len(reply_ids) - len(resume_ids) >= limit:
                             status = "length"
@@ -310,6 +317,7 @@ class Engine:
                 started_at=started,
                 finished_at=finished,
                 adapter_version=self.adapter_version if use_adapter else None,
+                cut=cut_by,
                 prompt_evaluated=self._evaluated,
             )
 
@@ -326,14 +334,10 @@ class Engine:
         """log p(continuation | prompt) for each continuation (summed over its tokens); None if stopped.
 
         The prompt is evaluated once (its cached prefix reused); each continuation is then decoded
-        as one batch that asks llama.cpp for the logits of every position (without ``logits_all``
-        llama.cpp keeps only the last position's logits and llama-cpp-python keeps no copy, so they
-        are read with ``llama_get_logits_ith``). The cache is left at the prompt's end. ``side`` as
+        as one batch with the logits of every position (:mod:`clawdesk.engine.logprobs`). The cache
+        is left at the prompt's end. ``side`` as
         in :meth:`generate` (default ``not use_adapter``: the judge's calls keep the chat's cache).
         """
-        import llama_cpp
-        import numpy as np
-
         if not prompt_ids or any(not c for c in continuations):
             raise InputError("continuation_logprobs needs a prompt and non-empty continuations")
         side = not use_adapter if side is None else side
@@ -344,36 +348,7 @@ class Engine:
                 raise InputError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.n_ctx})")
             if not self._eval_prompt(ids, stop_when or (lambda: False), prompt_chunk):
                 return None
-            llm, base = self.llm, len(ids)
-            n_vocab = llm.n_vocab()
-
-            def logprobs_at(i: int) -> np.ndarray:
-                ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, i)
-                row = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float64)  # (vocab,) a copy
-                top = row.max()
-                return row - (top + np.log(np.exp(row - top).sum()))
-
-            first = logprobs_at(-1)
-            out: list[float] = []
-            for cont in continuations:
-                total = float(first[cont[0]])
-                fed = list(cont[:-1])  # position j predicts cont[j + 1]
-                for start in range(0, len(fed), llm.n_batch):
-                    chunk = fed[start : start + llm.n_batch]
-                    llm._ctx.kv_cache_seq_rm(-1, base + start, -1)
-                    llm._batch.set_batch(batch=chunk, n_past=base + start, logits_all=True)
-                    try:
-                        llm._ctx.decode(llm._batch)
-                    except RuntimeError as exc:
-                        if not self._preempt.stopped_by_us(exc):
-                            raise
-                        llm.n_tokens = base  # llama.cpp removed the aborted positions; the prompt stays
-                        return None
-                    targets = cont[start + 1 : start + 1 + len(chunk)]
-                    total += sum(float(logprobs_at(j)[tok]) for j, tok in enumerate(targets))
-                out.append(total)
-            llm.n_tokens = base
-            return out
+            return continuation_sums(self.llm, continuations, self._preempt.stopped_by_us)
 
     def reset_cache(self) -> None:
         """Forget the cached prompt prefix, so the next reply is computed as on a fresh context.

@@ -24,6 +24,7 @@ class SamplingParams:
     top_k: int = 40
     min_p: float = 0.05
     stop: tuple[str, ...] = ()  # the reply ends before the first of these it writes (clawdesk.engine.stops)
+    repeat_stop: int = 0  # the reply ends once it repeats itself this many tokens (clawdesk.engine.repeats); 0 = never
 
 
 @dataclass(frozen=True)
@@ -51,4 +52,5 @@ class Reply:
     finished_at: float
     adapter_version: int | None = None
     extra: dict = field(default_factory=dict)
+    cut: str = ""  # why a 'length' reply ended: "" (max_tokens or the context's end) or "repeat" (it was looping)
     prompt_evaluated: int = 0  # prompt tokens llama.cpp evaluated for this call (the rest came from the cache)

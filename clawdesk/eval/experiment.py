@@ -343,7 +343,11 @@ class Experiment:
             "config": {
                 "train": dataclasses.asdict(cfg.train),
                 "judge": dataclasses.asdict(cfg.judge),
-                "chat": {"temperature": cfg.chat.temperature, "max_reply_tokens": opts.max_reply_tokens},
+                "chat": {
+                    "temperature": cfg.chat.temperature,
+                    "max_reply_tokens": opts.max_reply_tokens,
+                    "repeat_stop": cfg.chat.repeat_stop,
+                },
                 "model_path": str(engine.identity.path),
                 "scenario_file": str(scenario.path) if scenario.path is not None else None,
             },

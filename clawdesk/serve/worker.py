@@ -226,6 +226,7 @@ class EngineWorker:
             temperature=self.chat.temperature if req.temperature is None else req.temperature,
             top_p=self.chat.top_p if req.top_p is None else req.top_p,
             max_tokens=min(req.max_tokens or self.chat.max_reply_tokens, room),
+            repeat_stop=self.chat.repeat_stop,
         )
         grammar = None
         if req.forced_tools:  # tool_choice "required" or a named function: the reply can only be a call

@@ -121,7 +121,7 @@ class TurnFlow:
         turn, result = message.turn, message.result
         reply = result.reply
         self._turn = None
-        await turn.assistant.finish(reply.content, reply.thinking, reply.status)
+        await turn.assistant.finish(reply.content, reply.thinking, reply.cut or reply.status)
         self.status_bar.tokens_per_s = reply.tokens_per_s
         self.status_bar.activity = ""
         self._last_reply = reply.content

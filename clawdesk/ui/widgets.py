@@ -24,7 +24,11 @@ from clawdesk.ui.tool_widgets import StepView, ToolTrail
 
 INCOGNITO_ICON = "👻"
 EMPTY_CHAT = "Ask me anything — I learn from how you respond"
-STATUS_MARKERS = {"cancelled": "(stopped)", "length": "(cut at length)"}
+STATUS_MARKERS = {
+    "cancelled": "(stopped)",
+    "length": "(cut at length)",
+    "repeat": "(cut: it kept repeating itself)",  # a 'length' reply the engine ended in a loop (engine/repeats.py)
+}
 
 
 def status_marker(status: str, content: str) -> str:

@@ -38,6 +38,19 @@ def test_ask_records_a_turn_and_continue_appends(home, capsys):
     assert code == 0 and "Hello! What can you do?" in out
 
 
+def test_ask_cuts_a_reply_that_loops_and_says_so(home, capsys):
+    home.mkdir()
+    (home / "config.toml").write_text("[chat]\ntemperature = 0.0\n")  # greedy SmolLM2 ends its poem in a loop
+    code, out, err = run(capsys, "ask", "Write a poem.")
+    assert code == 0 and "A realm of shadows,\nA realm of shadows," in out
+    assert "[reply cut: it kept repeating itself (chat.repeat_stop)]" in err
+    [turn] = _turns(home)
+    assert turn.status == "length" and 64 <= turn.n_reply_tokens < 200  # not the 1,024 of chat.max_reply_tokens
+    (home / "config.toml").write_text("[chat]\ntemperature = 0.0\nrepeat_stop = 0\nmax_reply_tokens = 300\n")
+    code, out, err = run(capsys, "ask", "Write a poem.")
+    assert "repeating" not in err and max(_turns(home), key=lambda t: t.id).n_reply_tokens == 300
+
+
 def test_learning_toggle_persists(home, capsys):
     assert run(capsys, "learning", "off")[1].strip() == "learning: OFF"
     assert run(capsys, "learning")[1].strip() == "learning: OFF"

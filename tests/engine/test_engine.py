@@ -6,6 +6,7 @@ import pytest
 
 from clawdesk.engine import Exchange, SamplingParams
 from clawdesk.engine.prompt import in_thinking, split_thinking
+from clawdesk.engine.repeats import repeat_period
 from clawdesk.errors import InputError, ModelError
 from clawdesk.gguf.files import check_gguf
 
@@ -74,6 +75,24 @@ def test_max_tokens_gives_length_status(engine):
     prompt = engine.build_prompt("", [], "Count from one to fifty in words.", thinking=False, reply_room=64)
     reply = engine.generate(prompt.token_ids, SamplingParams(temperature=0.0, max_tokens=5))
     assert reply.status == "length" and len(reply.reply_ids) == 5
+
+
+def test_a_reply_that_loops_ends_there_and_one_that_counts_does_not(engine):
+    # Greedy SmolLM2 writes "A moon's light, a moon's light, …" to this prompt, and counts on to this one.
+    loop = engine.build_prompt("", [], "Write a poem.", thinking=False, reply_room=300)
+    engine.llm.reset()
+    off = engine.generate(loop.token_ids, SamplingParams(temperature=0.0, max_tokens=120))
+    engine.llm.reset()
+    on = engine.generate(loop.token_ids, SamplingParams(temperature=0.0, max_tokens=120, repeat_stop=64))
+    assert (off.status, off.cut, len(off.reply_ids)) == ("length", "", 120)
+    assert (on.status, on.cut) == ("length", "repeat")
+    assert 64 <= len(on.reply_ids) < 120 and on.reply_ids == off.reply_ids[: len(on.reply_ids)]
+    assert repeat_period(on.reply_ids, 64) > 0 and repeat_period(on.reply_ids[:-1], 64) == 0
+    assert engine.llm.detokenize(on.reply_ids).decode() == on.raw_text  # the shown text ends where the ids do
+    counting = engine.build_prompt("", [], "List the numbers.", thinking=False, reply_room=300)
+    engine.llm.reset()
+    numbers = engine.generate(counting.token_ids, SamplingParams(temperature=0.0, max_tokens=150, repeat_stop=64))
+    assert (numbers.status, numbers.cut, len(numbers.reply_ids)) == ("length", "", 150)
 
 
 def test_context_overflow_drops_oldest_turns(engine):

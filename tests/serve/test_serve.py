@@ -188,6 +188,16 @@ def test_a_stop_string_ends_the_reply_and_is_not_sent(server, store):
     assert _turns(store)[1][3:6:2] == ("finished", cut.choices[0].message.content)
 
 
+def test_a_reply_that_loops_ends_as_a_length_cut_long_before_max_tokens(server, store):
+    poem = [{"role": "user", "content": "Write a poem."}]  # greedy SmolLM2: "A realm of shadows," over and over
+    reply = server.client().chat.completions.create(model="any", messages=poem, max_tokens=400, temperature=0)
+    assert reply.choices[0].finish_reason == "length" and "A realm of shadows,\nA realm of shadows," in (
+        reply.choices[0].message.content
+    )
+    assert 64 <= reply.usage.completion_tokens < 200  # chat.repeat_stop = 64 (the app's [chat], as in the TUI)
+    assert _turns(store)[0][3] == "length"
+
+
 def test_a_client_that_disconnects_mid_stream_cancels_the_generation_and_it_is_recorded_cancelled(server, store):
     stream = server.client().chat.completions.create(
         model="any",

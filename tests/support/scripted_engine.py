@@ -22,6 +22,7 @@ from clawdesk.engine import Delta, Engine, Exchange, ModelIdentity, Prompt, Repl
 from clawdesk.engine.llama import PROMPT_CHUNK
 from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, in_thinking, split_thinking
+from clawdesk.engine.repeats import RepeatWatch
 from clawdesk.engine.stops import StopCut
 
 # ChatML with Qwen3's switch: thinking off pre-fills an empty think block, as Qwen3's template does.
@@ -164,6 +165,7 @@ class ScriptedEngine(Engine):
             script = pieces(self._next_reply())
             limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
             raw, reply_ids, status, first_at, cut = "", [], "finished", None, StopCut(params.stop)
+            watch, cut_by = RepeatWatch(params.repeat_stop), ""  # the real engine's loop stop (engine/repeats.py)
             for i, piece in enumerate(script):
                 if i == self.hold_after:
                     self._hold(stopped)
@@ -181,6 +183,9 @@ class ScriptedEngine(Engine):
                     on_delta(Delta(text=shown, thinking=in_thinking(raw), n_tokens=len(reply_ids)))
                 if hit:
                     del reply_ids[cut.kept or 0 :]
+                    break
+                if watch.add(reply_ids[-1]):
+                    status, cut_by = "length", "repeat"
                     break
                 if len(reply_ids) >= limit:
                     status = "length"
@@ -207,6 +212,7 @@ class ScriptedEngine(Engine):
                 started_at=started,
                 finished_at=finished,
                 adapter_version=self.adapter_version if use_adapter else None,
+                cut=cut_by,
             )
 
     def _hold(self, stopped: Callable[[], bool]) -> None:

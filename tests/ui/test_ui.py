@@ -134,6 +134,21 @@ async def test_reply_cut_at_max_tokens_is_marked(config, store):
     assert (turn.status, turn.n_reply_tokens) == ("length", 48)
 
 
+async def test_reply_that_loops_is_cut_and_says_why(tmp_path, store):
+    config = Config(home=tmp_path, chat=ChatConfig(temperature=0.0, max_reply_tokens=500))
+    engine = ScriptedEngine(["Paris is nice." + " la femme" * 100])  # a token a word: the loop has period 2
+    app = RecordingApp(config, engine, store)
+    async with app.run_test(size=SIZE) as pilot:
+        await send_and_wait(pilot, "What is the capital of France?")
+        msg = app.chat_log.query_one(AssistantMessage)
+        assert marker(msg) == "(cut: it kept repeating itself)"
+        assert msg.has_class("ended-early")
+        assert msg.answer.source == "Paris is nice." + " la femme" * 32
+    [turn] = store.list_turns(store.list_sessions()[0].id)
+    # Recorded as a length cut after 3 + 64 tokens: the last 64 repeat with period 2 (chat.repeat_stop).
+    assert (turn.status, turn.n_reply_tokens) == ("length", 67)
+
+
 # -- (3) learning toggle persists -----------------------------------------------------------
 
 
