@@ -106,7 +106,7 @@ def _list(store, config: Config, *, show_removed: bool) -> int:
 
 def _print_checks(store, items) -> None:
     """Where each listed item stands in the learned check of the newest version that measured it."""
-    from clawdesk.learn.consolidate import form_aspect, standing
+    from clawdesk.learn.consolidate import standing
     from clawdesk.store.versions import last_item_checks
 
     checks = last_item_checks(store)
@@ -115,7 +115,7 @@ def _print_checks(store, items) -> None:
         return
     print("\nthe learned check, after each trained version:")
     for p, (version, record) in shown:
-        print(f"  #{p.id}: {standing(record, version, on_form=form_aspect(p.text))}")
+        print(f"  #{p.id}: {standing(record, version, p.text)}")
 
 
 def _minute(stamp: str | None) -> str:

@@ -68,9 +68,10 @@ The numbers of every check go into the version's ``validation`` (``adapters.vali
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from clawdesk.learn import reply_form
@@ -119,6 +120,7 @@ class ItemCheck:
     new_words: tuple[float, float] | None = None
     form_needed: int | None = None  # set where the replies agreed on too few of its turns: how many it needs
     form_bound: int | None = None  # the word limit the item names, where it decided (train.item_word_limit)
+    wording: str | None = None  # the checked text's fingerprint (:func:`wording_mark`): F8 sees a later edit
 
     @property
     def form_held_back(self) -> bool:
@@ -164,8 +166,9 @@ def check_items(
         found = item_turns(store, item.id, base_sha256, limit=turns)
         found = [t for t in found if len(t.served_ids) + min(tokens, len(t.reply_ids)) <= learner.config.token_budget]
         trained = item_trained_turns(store, item.id, base_sha256) + held_now.get(item.id, 0)
+        mark = wording_mark(item.text)
         if not found:
-            out.append(ItemCheck(item.id, item.status, 0, 0, trained, None, None, "skipped"))
+            out.append(ItemCheck(item.id, item.status, 0, 0, trained, None, None, "skipped", wording=mark))
             continue
         replies = [t.reply_ids[:tokens] for t in found]
         teacher = learner.logprobs_each([(t.served_ids, r) for t, r in zip(found, replies, strict=True)], adapter=False)
@@ -209,7 +212,8 @@ def check_items(
             decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form))
+        check = ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form)
+        out.append(replace(check, wording=mark))
     return out
 
 
@@ -308,12 +312,23 @@ def _held_back(c: dict) -> str:
     )
 
 
-def standing(c: dict, version: int, *, on_form: bool = False) -> str:
-    """Where an item stands after version ``version``'s learned check, for the person (the F8 screen and
-    ``clawdesk prefs list``). ``c`` is the item's entry in that version's ``validation["memory"]``
-    (:meth:`ItemCheck.record`); ``on_form``: the item is on an aspect the behaviour test reads
-    (:func:`form_aspect`). The thresholds named are this module's defaults, the app's."""
-    at = f"v{version}"
+def wording_mark(text: str) -> str:
+    """A short fingerprint of an item's words, kept with its check instead of the words themselves (the
+    versions' log then holds no copy of a preference that ``forget`` would have to find)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def standing(c: dict, version: int, text: str) -> str:
+    """Where the item with the words ``text`` stands after version ``version``'s learned check, for the
+    person (the F8 screen and ``clawdesk prefs list``). ``c`` is the item's entry in that version's
+    ``validation["memory"]`` (:meth:`ItemCheck.record`). The thresholds named are this module's defaults,
+    the app's."""
+    at, on_form = f"v{version}", form_aspect(text)
+    if c.get("wording") not in (None, wording_mark(text)):  # None: checked before the fingerprint was kept
+        return (
+            f"was edited after the check at {at}, which read its earlier words; it is in the prompt as written "
+            "now, and later checks measure the replies served with it"
+        )
     decision, status = c.get("decision"), c.get("status")
     if decision == "skipped":
         return f"{at} had no turn served with it that fits the check; it stays in the prompt"

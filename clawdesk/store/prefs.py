@@ -152,10 +152,17 @@ def add_preference(
 
 
 def edit_preference(store: Store, pref_id: int, text: str) -> Preference:
+    """New words for an item. A learned one goes back into the prompt: the adapter learned the old words."""
     text = check_text(text)
-    get_preference(store, pref_id)
+    if get_preference(store, pref_id).text == text:
+        return get_preference(store, pref_id)
     with store.transaction():
-        store.db.execute("UPDATE preferences SET text = ?, updated_at = ? WHERE id = ?", [text, now_iso(), pref_id])
+        store.db.execute(
+            "UPDATE preferences SET text = ?, updated_at = ?, "
+            "learned_at = CASE status WHEN 'learned' THEN NULL ELSE learned_at END, "
+            "status = CASE status WHEN 'learned' THEN 'active' ELSE status END WHERE id = ?",
+            [text, now_iso(), pref_id],
+        )
     return get_preference(store, pref_id)
 
 

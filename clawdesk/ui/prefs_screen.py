@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from clawdesk.errors import ClawDeskError
-from clawdesk.learn.consolidate import form_aspect, standing
+from clawdesk.learn.consolidate import standing
 from clawdesk.store.prefs import (
     count_preferences,
     delete_preference,
@@ -117,7 +117,7 @@ class PreferencesScreen(Screen[None]):
                 text = f"#{item.id} is not in the prompt (removed or replaced); r restores it."
             elif pref_id in self.checks:
                 version, record = self.checks[pref_id]
-                text = f"#{item.id} {standing(record, version, on_form=form_aspect(item.text))}."
+                text = f"#{item.id} {standing(record, version, item.text)}."
             else:
                 text = (
                     f"#{item.id} has not been checked yet: after each version training makes, the learned check "
@@ -171,10 +171,12 @@ class PreferencesScreen(Screen[None]):
         pref_id = self._selected()
         if pref_id is None:
             return
-        current = get_preference(self.store, pref_id).text
+        item = get_preference(self.store, pref_id)
+        current = item.text
+        done = "Saved #{id}: back in the prompt in these words." if item.status == "learned" else "Saved #{id}."
 
         def save(text: str | None) -> None:
             if text is not None and text != current:
-                self._act(lambda i: edit_preference(self.store, i, text), "Saved #{id}.")
+                self._act(lambda i: edit_preference(self.store, i, text), done)
 
         self.app.push_screen(EditPreferenceScreen(current), save)

@@ -408,54 +408,60 @@ def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
 
 
 def test_where_an_item_stands_is_said_for_every_decision_of_the_check():
+    FRENCH = "Answer in French."  # no form the behaviour test reads
+
     def stored(check: consolidate.ItemCheck) -> dict:
         return json.loads(json.dumps(check.record()))  # as the version's validation keeps it (tuples → lists)
 
+    def said(check: consolidate.ItemCheck, version: int) -> str:
+        return consolidate.standing(stored(check), version, FRENCH)
+
     kept = consolidate.ItemCheck(3, "active", 3, 96, 2, 0.3, 0.5, "kept")
-    assert consolidate.standing(stored(kept), 4) == (
+    assert said(kept, 4) == (
         "stays in the prompt at v4: the weights carry 40% of its effect on its recent replies; it leaves once they "
         "carry 75% (gap 0.300 nats/token, before training 0.500)"
     )
     assert "carry 75% and its replies without it agree on 7 of 8 (gap" in consolidate.standing(
-        stored(kept), 4, on_form=True
-    )
+        stored(kept), 4, "No bullet lists, please."
+    )  # a form the behaviour test reads: its share is named too
     worse = dataclasses.replace(kept, gap=0.7)  # further from the teacher than the base was: nothing carried
-    assert "the weights carry 0% of its effect" in consolidate.standing(stored(worse), 4)
+    assert "the weights carry 0% of its effect" in said(worse, 4)
     untrained = dataclasses.replace(kept, n_trained=0)
-    assert consolidate.standing(stored(untrained), 1) == (
-        "stays in the prompt at v1: no version has trained on a turn that showed it yet"
-    )
+    assert said(untrained, 1) == ("stays in the prompt at v1: no version has trained on a turn that showed it yet")
     faint = dataclasses.replace(kept, base_gap=0.01)
-    assert "hardly changes how replies begin (before training 0.010 nats/token, 0.02 needed)" in (
-        consolidate.standing(stored(faint), 4)
-    )
+    assert "hardly changes how replies begin (before training 0.010 nats/token, 0.02 needed)" in (said(faint, 4))
     behaviour = dict(form="lists", form_agree=2, form_n=2, form_words=(30.0, 31.0), new_agree=8, new_n=8)
     short = dataclasses.replace(kept, gap=0.05, form_needed=8, new_words=(20.0, 21.0), **behaviour)
-    assert consolidate.standing(stored(short), 5) == (
+    assert said(short, 5) == (
         "stays in the prompt at v5: its replies without it agree in lists on 2 of 2 recent prompts and 8 of 8 new "
         "ones, but it has only 2 turns to compare on (8 needed)"
     )
     longer = dataclasses.replace(
         short, form="length", form_direction="shorter", form_agree=4, form_n=8, form_needed=None, new_words=(25, 30)
     )
-    assert consolidate.standing(stored(longer), 5).startswith(
+    assert said(longer, 5).startswith(
         "stays in the prompt at v5: the adapter's replies without it are longer than with it on 4 of 8 of its recent"
     )
     learned = dataclasses.replace(kept, gap=0.05, decision="learned", new_words=(20.0, 21.0), **behaviour)
-    assert consolidate.standing(stored(learned), 6) == (
+    assert said(learned, 6) == (
         "learned at v6: the adapter carries it, so it left the prompt (gap 0.050 nats/token, before training 0.500; "
         "its replies without it agree in lists on 2 of 2 recent prompts and 8 of 8 new ones)"
     )
     carried = dataclasses.replace(kept, status="learned", gap=0.05)
-    assert consolidate.standing(stored(carried), 7) == (
-        "still carried by the weights at v7 (gap 0.050 nats/token, before training 0.500)"
-    )
+    assert said(carried, 7) == ("still carried by the weights at v7 (gap 0.050 nats/token, before training 0.500)")
     back = dataclasses.replace(kept, status="learned", decision="active")
-    assert consolidate.standing(stored(back), 8).startswith("back in the prompt at v8: the weights no longer carry it")
+    assert said(back, 8).startswith("back in the prompt at v8: the weights no longer carry it")
     held = dataclasses.replace(kept, status="learned", decision="held", held_by=9)
-    assert "stays out of the prompt: #9, noted since on a related topic" in consolidate.standing(stored(held), 8)
+    assert "stays out of the prompt: #9, noted since on a related topic" in said(held, 8)
     skipped = consolidate.ItemCheck(3, "active", 0, 0, 0, None, None, "skipped")
-    assert consolidate.standing(stored(skipped), 2).startswith("v2 had no turn served with it that fits the check")
+    assert said(skipped, 2).startswith("v2 had no turn served with it that fits the check")
     # The trainer's progress line says the same as the screen.
     (line,) = consolidate.apply_checks(None, [longer])
-    assert line == "preference #3 " + consolidate.standing(stored(longer), 5).replace(" at v5", "")
+    assert line == "preference #3 " + said(longer, 5).replace(" at v5", "")
+    # Checked with other words than the item has now: the line says the check read the old ones.
+    worded = stored(dataclasses.replace(kept, wording=consolidate.wording_mark(FRENCH)))
+    assert consolidate.standing(worded, 4, FRENCH) == said(kept, 4)
+    assert consolidate.standing(worded, 4, "Answer in German.") == (
+        "was edited after the check at v4, which read its earlier words; it is in the prompt as written now, and "
+        "later checks measure the replies served with it"
+    )

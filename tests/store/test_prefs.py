@@ -92,6 +92,13 @@ def test_items_are_listed_pinned_first_then_newest_and_each_change_is_kept(store
     assert learned.status == "learned" and learned.learned_at
     assert b.id not in [p.id for p in active_preferences(store)]  # learned: out of the prompt, still listed
     assert mark_learned(store, b.id, learned=False).status == "active"
+    mark_learned(store, b.id)
+    assert edit_preference(store, b.id, "Answer in German.").status == "learned"  # the same words: nothing changes
+    edited = edit_preference(store, b.id, "Answer in Dutch.")  # new words the adapter never learned: back in the prompt
+    assert (edited.status, edited.learned_at) == ("active", None) and b.id in [p.id for p in active_preferences(store)]
+    remove_preference(store, c.id)
+    assert edit_preference(store, c.id, "Sign off with a limerick.").status == "removed"  # nor restores anything else
+    restore_preference(store, c.id)
     assert count_preferences(store) == {"active": 3, "learned": 0, "removed": 0}
     assert delete_preference(store, c.id).id == c.id
     with pytest.raises(NotFoundError, match="clawdesk prefs list"):

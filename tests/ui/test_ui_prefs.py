@@ -53,7 +53,9 @@ async def test_a_noted_preference_is_told_and_f9_undoes_it_bringing_back_what_it
 
 
 async def test_f8_lists_items_and_edits_pins_removes_and_deletes_them(config, store):
-    first = add_preference(store, "Answer in French.").item
+    from clawdesk.store.prefs import mark_learned
+
+    first = mark_learned(store, add_preference(store, "Answer in French.").item.id)  # the adapter carries it
     secret = add_preference(store, f"Never mention {SECRET}.").item
     app = RecordingApp(config, ScriptedEngine(["Sure."]), store)
     async with app.run_test(size=SIZE) as pilot:
@@ -75,6 +77,9 @@ async def test_f8_lists_items_and_edits_pins_removes_and_deletes_them(config, st
         app.screen.query_one("Input").value = "Answer in German."
         await pilot.press("enter")
         await wait_until(pilot, lambda: get_preference(store, first.id).text == "Answer in German.", "the edit")
+        # New words the adapter never learned: the item is back in the prompt, and the toast says so.
+        assert get_preference(store, first.id).status == "active"
+        assert (f"Saved #{first.id}: back in the prompt in these words.", "information") in app.notes
         await pilot.press("down", "d")
         await wait_until(pilot, lambda: len(list_preferences(store)) == 1, "the deletion")
         assert app.errors() == []
