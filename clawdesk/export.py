@@ -67,12 +67,19 @@ def _readme(row, meta: dict[str, Any], fmt: str, files: list[str]) -> str:
 
 
 def _without_conversation(meta: dict[str, Any]) -> dict[str, Any]:
-    """The version's metadata minus anything a person wrote: a sample's hint is their own next message.
+    """The version's metadata minus anything a person wrote: a sample's hint is their own next message, and
+    a learned check's ``wording`` is made from a preference item's text (clawdesk.learn.consolidate).
 
     Conversations leave the data dir only through ``export-data``, which is asked for by name.
     """
-    samples = [{k: v for k, v in s.items() if k != "hint"} for s in meta.get("samples", [])]
-    return meta | {"samples": samples} if "samples" in meta else meta
+    out = dict(meta)
+    if "samples" in meta:
+        out["samples"] = [{k: v for k, v in s.items() if k != "hint"} for s in meta["samples"]]
+    validation = meta.get("validation")
+    if isinstance(validation, dict) and "memory" in validation:  # a check's fingerprint of the item's words
+        memory = [{k: v for k, v in c.items() if k != "wording"} for c in validation["memory"]]
+        out["validation"] = validation | {"memory": memory}
+    return out
 
 
 def export_adapter(

@@ -115,7 +115,7 @@ def _print_checks(store, items) -> None:
         return
     print("\nthe learned check, after each trained version:")
     for p, (version, record) in shown:
-        print(f"  #{p.id}: {standing(record, version, p.text)}")
+        print(f"  #{p.id}: {standing(record, version, p)}")
 
 
 def _minute(stamp: str | None) -> str:

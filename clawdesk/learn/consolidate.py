@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING
 from clawdesk.learn import reply_form
 from clawdesk.store.log import Store
 from clawdesk.store.pref_topics import aspect, length_bound, length_direction
-from clawdesk.store.prefs import get_preference, list_preferences, mark_learned, newer_related
+from clawdesk.store.prefs import Preference, get_preference, list_preferences, mark_learned, newer_related
 from clawdesk.store.turn_memory import item_trained_turns, item_turns, turn_memory_block, turn_memory_items
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def check_items(
         found = item_turns(store, item.id, base_sha256, limit=turns)
         found = [t for t in found if len(t.served_ids) + min(tokens, len(t.reply_ids)) <= learner.config.token_budget]
         trained = item_trained_turns(store, item.id, base_sha256) + held_now.get(item.id, 0)
-        mark = wording_mark(item.text)
+        mark = wording_mark(item)
         if not found:
             out.append(ItemCheck(item.id, item.status, 0, 0, trained, None, None, "skipped", wording=mark))
             continue
@@ -312,19 +312,19 @@ def _held_back(c: dict) -> str:
     )
 
 
-def wording_mark(text: str) -> str:
+def wording_mark(item: Preference) -> str:
     """A short fingerprint of an item's words, kept with its check instead of the words themselves (the
-    versions' log then holds no copy of a preference that ``forget`` would have to find)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    versions' log then holds no copy of a preference that ``forget`` would have to find). The item's own
+    number and creation time are in it, so once the item is deleted a guessed text cannot be confirmed."""
+    return hashlib.sha256(f"{item.id}\n{item.created_at}\n{item.text}".encode()).hexdigest()[:12]
 
 
-def standing(c: dict, version: int, text: str) -> str:
-    """Where the item with the words ``text`` stands after version ``version``'s learned check, for the
-    person (the F8 screen and ``clawdesk prefs list``). ``c`` is the item's entry in that version's
-    ``validation["memory"]`` (:meth:`ItemCheck.record`). The thresholds named are this module's defaults,
-    the app's."""
-    at, on_form = f"v{version}", form_aspect(text)
-    if c.get("wording") not in (None, wording_mark(text)):  # None: checked before the fingerprint was kept
+def standing(c: dict, version: int, item: Preference) -> str:
+    """Where ``item`` (as it is now) stands after version ``version``'s learned check, for the person (the
+    F8 screen and ``clawdesk prefs list``). ``c`` is the item's entry in that version's ``validation["memory"]``
+    (:meth:`ItemCheck.record`). The thresholds named are this module's defaults, the app's."""
+    at, on_form = f"v{version}", form_aspect(item.text)
+    if c.get("wording") not in (None, wording_mark(item)):  # None: checked before the fingerprint was kept
         return (
             f"was edited after the check at {at}, which read its earlier words; it is in the prompt as written "
             "now, and later checks measure the replies served with it"

@@ -117,7 +117,7 @@ class PreferencesScreen(Screen[None]):
                 text = f"#{item.id} is not in the prompt (removed or replaced); r restores it."
             elif pref_id in self.checks:
                 version, record = self.checks[pref_id]
-                text = f"#{item.id} {standing(record, version, item.text)}."
+                text = f"#{item.id} {standing(record, version, item)}."
             else:
                 text = (
                     f"#{item.id} has not been checked yet: after each version training makes, the learned check "

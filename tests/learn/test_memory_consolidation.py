@@ -25,6 +25,7 @@ from clawdesk.learn.objective import combined_loss
 from clawdesk.preferences import USER_MEMORY_HEADER, memory_block
 from clawdesk.store.judgments import Judgment, pending_turns, save_judgment
 from clawdesk.store.prefs import (
+    Preference,
     active_preferences,
     add_preference,
     get_preference,
@@ -408,7 +409,7 @@ def test_a_held_back_length_item_says_its_replies_go_the_wrong_way():
 
 
 def test_where_an_item_stands_is_said_for_every_decision_of_the_check():
-    FRENCH = "Answer in French."  # no form the behaviour test reads
+    FRENCH = Preference(3, "Answer in French.", None, None, "active", False, None, None, "2026-12-08T01:00", "")
 
     def stored(check: consolidate.ItemCheck) -> dict:
         return json.loads(json.dumps(check.record()))  # as the version's validation keeps it (tuples → lists)
@@ -422,7 +423,7 @@ def test_where_an_item_stands_is_said_for_every_decision_of_the_check():
         "carry 75% (gap 0.300 nats/token, before training 0.500)"
     )
     assert "carry 75% and its replies without it agree on 7 of 8 (gap" in consolidate.standing(
-        stored(kept), 4, "No bullet lists, please."
+        stored(kept), 4, dataclasses.replace(FRENCH, text="No bullet lists, please.")
     )  # a form the behaviour test reads: its share is named too
     worse = dataclasses.replace(kept, gap=0.7)  # further from the teacher than the base was: nothing carried
     assert "the weights carry 0% of its effect" in said(worse, 4)
@@ -461,7 +462,9 @@ def test_where_an_item_stands_is_said_for_every_decision_of_the_check():
     # Checked with other words than the item has now: the line says the check read the old ones.
     worded = stored(dataclasses.replace(kept, wording=consolidate.wording_mark(FRENCH)))
     assert consolidate.standing(worded, 4, FRENCH) == said(kept, 4)
-    assert consolidate.standing(worded, 4, "Answer in German.") == (
+    # A deleted item's words cannot be confirmed from its fingerprint without its creation time.
+    assert consolidate.wording_mark(dataclasses.replace(FRENCH, created_at="2026-12-08T01:01")) != worded["wording"]
+    assert consolidate.standing(worded, 4, dataclasses.replace(FRENCH, text="Answer in German.")) == (
         "was edited after the check at v4, which read its earlier words; it is in the prompt as written now, and "
         "later checks measure the replies served with it"
     )

@@ -203,6 +203,9 @@ def test_adapter_exports_never_carry_a_conversation(world):
             data = path.read_bytes()
             for form in (MARKER.encode(), MARKER.encode("utf-16-le"), MARKER.upper().encode()):
                 assert form not in data, f"{path} holds a conversation"
+        meta = json.loads((out / "metadata.json").read_text()) if (out / "metadata.json").exists() else {}
+        assert all("wording" not in c for c in meta.get("validation", {}).get("memory", [])), fmt
+    assert '"wording"' in learned  # the check's fingerprint of the item's words stays in the data dir
     # export-data is the one way out for conversations, and only when asked for
     assert world["n_data"] >= 4 and MARKER in world["data"].read_text()
 
