@@ -12,7 +12,6 @@ from clawdesk.store.pref_topics import (
     aspect_counts,
     length_bound,
     length_direction,
-    restates,
     same_topic,
     same_words,
 )
@@ -118,14 +117,3 @@ def test_six_brevity_complaints_in_six_wordings_leave_one_item(store):
     assert [p.text for p in active_preferences(store)] == [lists.text, said[-1]]
     removed = [p for p in list_preferences(store) if p.status == "removed"]
     assert len(removed) == 5 and all(p.replaced_by is not None for p in removed)
-
-
-def test_a_complaint_said_again_in_other_words_restates_the_item_a_new_limit_does_not():
-    under_40 = "I don't need an essay, keep it under 40 words."
-    assert restates("Way too much detail. Just the short version, please.", under_40)
-    assert restates("Please be brief: forty words or fewer.", under_40)  # 40 against 39: the same limit
-    assert not restates("Keep it under 20 words.", under_40)  # tighter: a change of mind
-    assert not restates("Under 60 words is fine.", under_40)  # looser
-    assert not restates(under_40, "Way too much detail. Just the short version, please.")  # a first limit
-    assert not restates("Please give me more detail, a longer answer.", under_40)  # the other way
-    assert not restates("Please don't use lists.", "No bullet points at all.")  # lists: no direction is read

@@ -258,19 +258,6 @@ def test_standing_and_unsure_hints_become_items_one_offs_do_not(store):
     assert [p.text for p in active_preferences(store)] == ["Answer in French.", "Keep replies under 50 words."]
 
 
-def test_a_complaint_that_restates_an_item_in_the_prompt_leaves_it_standing(store):
-    a, b, c, d = _chat(store, "one", "two", "three", "four")
-    first = _note(store, Classifier("standing"), a, b, hint="Way too much detail. Just the short version, please.")
-    classify = Classifier("standing")
-    assert _note(store, classify, b, c, hint="Cut it down to a couple of sentences at most.") is None
-    assert classify.calls == []  # nothing new: no model time spent
-    limit = _note(store, classify, c, d, hint="I don't need an essay, keep it under 40 words.")  # a first limit
-    assert [p.id for p in limit.replaced] == [first.item.id]
-    mark_learned(store, limit.item.id)  # out of the prompt: the same complaint again means it did not hold
-    again = _note(store, classify, c, d, hint="Shorter, please. One short paragraph, nothing more.")
-    assert [p.id for p in again.replaced] == [limit.item.id] and again.item.status == "active"
-
-
 class HintingJudge(Judge):
     """The real judge with its verdict fixed: every turn gets -1 and this hint (the model boundary)."""
 
