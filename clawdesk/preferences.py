@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from clawdesk.store import Store
-from clawdesk.store.pref_topics import restates
 from clawdesk.store.prefs import Preference, Replaces, active_preferences, add_preference, same_topic, turn_is_learnable
 
 HintKind = Literal["standing", "one-off", "praise", "unsure"]
@@ -61,13 +60,10 @@ def note_hint(
 
     ``request`` is the judged turn's user message, ``next_message`` the reply to it that the hint
     comes from (``source_turn_id``'s). Turns that may not be learned from (incognito, learning OFF,
-    vetoed), and a hint that restates an item already in the prompt (:func:`clawdesk.store.pref_topics.restates`),
-    are refused before the classifier runs, so no model time is spent on them.
+    vetoed) are refused before the classifier runs, so no model time is spent on them.
     """
     if not all(turn_is_learnable(store, t) for t in (judged_turn_id, source_turn_id)):
         return None
-    if any(restates(hint, item.text) for item in active_preferences(store)):
-        return None  # the wish again, in other words: the item in the prompt stands (a learned one is replaced)
     kind = classify(hint, request, next_message)
     if kind not in HINT_KINDS:
         raise ValueError(f"a hint classifier answered {kind!r}; expected one of {HINT_KINDS}")

@@ -216,26 +216,6 @@ _STOP = frozenset(
 )
 
 
-def restates(new: str, old: str) -> bool:
-    """Whether ``new`` asks again for what ``old`` already asks, so ``old`` stands and no item is made.
-
-    A person who complains again says it in other words each time ("Way too much detail", "Cut it down
-    to a couple of sentences", "under 40 words"); as items, each replaced the one before (same aspect),
-    and none ever had the turns the learned check needs (stop 51). Read on length only, where the
-    direction is read: the same direction, and no word limit of its own, or one within a tenth of the
-    old one's ("under 40" ≈ "forty or fewer"). A first limit, or a tighter or looser one, is a change.
-    """
-    if aspect(new) != "length" or aspect(old) != "length":
-        return False
-    direction = length_direction(new)
-    if direction is None or direction != length_direction(old):
-        return False
-    limit, old_limit = length_bound(new), length_bound(old)
-    if limit is None:
-        return True
-    return old_limit is not None and abs(limit - old_limit) <= 0.1 * old_limit
-
-
 def topic_words(text: str) -> frozenset[str]:
     """The content words of ``text``: lower case, without function words, a plural ``s`` dropped."""
     words = re.findall(r"[^\W\d_]+", text.lower())
