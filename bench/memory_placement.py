@@ -23,13 +23,16 @@ eval's reply cap, a fresh cache each) four ways, and each reply is checked with 
 
 ``--items complaint`` makes the items what the self judge keeps instead of the persona's hint: the
 user's own next message after a reply they disliked (the persona's ``unsatisfied`` messages, one
-item per prompt, cycled). A cell is the fraction of replies that address their request and pass the
-persona's checks (the eval's test, clawdesk.eval.topic), then how many answered nothing.
+item per prompt, cycled); ``--items complaint-each`` gives one row per such message, every prompt
+with that one item (which wording, kept as the item, the model follows). A cell is the fraction
+of replies that address their request and pass the persona's checks (the eval's test,
+clawdesk.eval.topic), then how many answered nothing.
 
 Prints one markdown row per persona. On an idle 2-core machine it takes about 3 minutes per persona.
 
     python bench/memory_placement.py [--personas no-lists,hi-there] [--threads 1] [--max-tokens 80]
-        [--items hint|complaint] [--modes base,user-memory,...] [--adapter RUN/home/adapters/vN/adapter.gguf]
+        [--items hint|complaint|complaint-each] [--modes base,user-memory,...]
+        [--adapter RUN/home/adapters/vN/adapter.gguf]
 
 ``--adapter`` serves a trained version instead of the base (stop 37: do the forms differ once the
 adapter has learned from the items?).
@@ -51,7 +54,6 @@ def main() -> None:
     from clawdesk.config import ChatConfig
     from clawdesk.engine.reply import SamplingParams
     from clawdesk.eval.personas import load_persona
-    from clawdesk.eval.topic import addresses
     from clawdesk.testing.demo_engine import demo_engine
 
     parser = argparse.ArgumentParser()
@@ -59,7 +61,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0 = every core)")
     parser.add_argument("--max-tokens", type=int, default=80, help="reply cap (the eval's --max-reply-tokens)")
     parser.add_argument("--modes", default="", help="a comma-separated subset of the modes (default: all)")
-    parser.add_argument("--items", choices=("hint", "complaint"), default="hint", help="what an item says (above)")
+    parser.add_argument(
+        "--items", choices=("hint", "complaint", "complaint-each"), default="hint", help="what an item says (above)"
+    )
     parser.add_argument("--adapter", default="", help="a GGUF LoRA to serve (RUN/home/adapters/vN/adapter.gguf)")
     args = parser.parse_args()
     engine = demo_engine(args.threads)
@@ -77,24 +81,33 @@ def main() -> None:
     try:
         for name in [n for n in args.personas.split(",") if n]:
             persona = load_persona(name)
-            texts = [persona.hint] if args.items == "hint" else list(persona.unsatisfied)
-            cells, started = [], time.monotonic()
-            for mode in modes:
-                ok = off = 0
-                for k, question in enumerate(persona.heldout):
-                    text = texts[k % len(texts)]
-                    sys_prompt, history, user = _form(mode, system, question, text)
-                    room = args.max_tokens
-                    built = engine.build_prompt(sys_prompt, history, user, thinking=False, reply_room=room)
-                    engine.reset_cache()  # each reply from a fresh cache: reproducible greedy replies
-                    reply = engine.generate(built.token_ids, params).content
-                    ok += persona.satisfies(reply, question)
-                    off += not addresses(question, reply)
-                cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)}), {off} off")
-            seconds = (time.monotonic() - started) / len(modes)
-            print(f"| `{name}` | " + " | ".join(cells) + f" | {seconds:.0f} |", flush=True)
+            if args.items == "complaint-each":  # one row per wording, every prompt with that one item
+                rows = [(f"`{name}`: {t}", [t]) for t in persona.unsatisfied]
+            else:
+                rows = [(f"`{name}`", [persona.hint] if args.items == "hint" else list(persona.unsatisfied))]
+            for label, texts in rows:
+                _row(engine, params, system, persona, modes, label, texts, args.max_tokens)
     finally:
         engine.close()
+
+
+def _row(engine, params, system, persona, modes, label, texts, max_tokens) -> None:
+    """One table row: each mode's share of held-out replies that pass, prompt ``k`` with item ``texts[k % n]``."""
+    from clawdesk.eval.topic import addresses
+
+    cells, started = [], time.monotonic()
+    for mode in modes:
+        ok = off = 0
+        for k, question in enumerate(persona.heldout):
+            sys_prompt, history, user = _form(mode, system, question, texts[k % len(texts)])
+            built = engine.build_prompt(sys_prompt, history, user, thinking=False, reply_room=max_tokens)
+            engine.reset_cache()  # each reply from a fresh cache: reproducible greedy replies
+            reply = engine.generate(built.token_ids, params).content
+            ok += persona.satisfies(reply, question)
+            off += not addresses(question, reply)
+        cells.append(f"{ok / len(persona.heldout):.2f} ({ok}/{len(persona.heldout)}), {off} off")
+    seconds = (time.monotonic() - started) / len(modes)
+    print(f"| {label} | " + " | ".join(cells) + f" | {seconds:.0f} |", flush=True)
 
 
 def _form(mode: str, system: str, question: str, text: str):
