@@ -4,7 +4,7 @@
     python bench/loop_stop.py --speed [--tokens 300 --rounds 3]
 
 With run folders (``clawdesk eval --out`` dirs, or any data dir holding ``clawdesk.db``) it replays
-every served step's token ids through :class:`clawdesk.engine.repeats.RepeatWatch` and prints each
+every served step's token ids through :func:`clawdesk.engine.repeats.repeat_period` and prints each
 reply it would have ended: the run, the step's place in it, where it would have ended and the
 text it repeated, then the totals. Nothing is written.
 
@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from clawdesk.engine.repeats import RepeatWatch
+from clawdesk.engine.repeats import repeat_period
 from clawdesk.store.tokens import unpack_ids
 
 
@@ -35,12 +35,13 @@ def scan(runs: list[Path], window: int) -> int:
         finally:
             conn.close()
         for k, (blob, text) in enumerate(rows, 1):
-            ids, watch = unpack_ids(blob), RepeatWatch(window)
+            ids = unpack_ids(blob)
             total += 1
-            end = next((i for i, tok in enumerate(ids, 1) if watch.add(tok)), None)
+            end = next((i for i in range(1, len(ids) + 1) if repeat_period(ids[:i], window)), None)
             if end is not None:
                 cut += 1
-                where = f"step {k} of {len(rows)} ends at token {end} of {len(ids)} (period {watch.period})"
+                period = repeat_period(ids[:end], window)
+                where = f"step {k} of {len(rows)} ends at token {end} of {len(ids)} (period {period})"
                 print(f"{run}: {where}: …{text[-60:]!r}")
     print(f"{cut} of {total} served replies in {len(runs)} runs would end early (window {window})")
     return 0
@@ -64,11 +65,12 @@ def speed(tokens: int, rounds: int) -> int:
                 return 1
     off, on = statistics.median(times[0]), statistics.median(times[64])
     print(f"{tokens} tokens, median of {rounds}: off {off:.3f} s, on {on:.3f} s, ratio on/off {on / off:.3f}")
-    start, watch = time.perf_counter(), RepeatWatch(64)
-    for _ in range(20):  # the check alone, on the same ids: what the ratio above holds of it
-        watch.ids = []
+    start = time.perf_counter()
+    for _ in range(20):  # the check alone, on the same ids, as the engine calls it: what the ratio above holds of it
+        grown: list[int] = []
         for tok in reply.reply_ids:
-            watch.add(tok)
+            grown.append(tok)
+            repeat_period(grown, 64)
     check = (time.perf_counter() - start) / (20 * len(reply.reply_ids))
     share = check / (off / len(reply.reply_ids))
     print(f"the check alone: {check * 1e6:.1f} µs a token, {share:.4f} of a token's time")

@@ -32,7 +32,7 @@ from clawdesk.engine.prompt import (
     in_thinking,
     split_thinking,
 )
-from clawdesk.engine.repeats import RepeatWatch
+from clawdesk.engine.repeats import repeat_period
 from clawdesk.engine.reply import Delta, ModelIdentity, Reply, SamplingParams
 from clawdesk.engine.stops import StopCut
 from clawdesk.engine.threads import ThreadBudget, all_threads
@@ -251,7 +251,7 @@ class Engine:
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             raw = "".join(decoder.decode(self.llm.detokenize([t], special=True)) for t in reply_ids)
             status, first_at, cut = "finished", None, StopCut(params.stop)
-            watch, cut_by = RepeatWatch(params.repeat_stop, resume_ids), ""
+            cut_by = ""
             if not self._eval_prompt(ids, stopped, prompt_chunk):
                 status = "cancelled"
             else:
@@ -281,7 +281,7 @@ class Engine:
                         if hit:  # written, not served: the ids and text end before the stop string
                             del reply_ids[len(resume_ids) + (cut.kept or 0) :]
                             break
-                        if watch.add(int(tok)):  # a loop: what follows would only repeat it
+                        if repeat_period(reply_ids, params.repeat_stop):  # a loop: what follows would only repeat it
                             status, cut_by = "length", "repeat"
                             break
                         if len(reply_ids) - len(resume_ids) >= limit:

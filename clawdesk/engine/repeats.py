@@ -17,11 +17,14 @@ MAX_PERIOD = 256  # the longest repeated passage looked for, in tokens
 
 
 def repeat_period(ids: Sequence[int], window: int, max_period: int = MAX_PERIOD) -> int:
-    """The smallest period ``p`` with which the tail of ``ids`` repeats, or 0 if it does not.
+    """The smallest period ``p`` with which the tail of ``ids`` repeats, or 0 if it does not (or ``window`` is 0: off).
 
     The tail is the last ``max(window, 2 * p)`` ids; it repeats when each of them after its first
-    ``p`` equals the id ``p`` before it.
+    ``p`` equals the id ``p`` before it. Called on a reply's ids after each token, it ends the reply
+    at the first token that makes it loop.
     """
+    if window <= 0:
+        return 0
     n = len(ids)
     for p in range(1, max_period + 1):
         span = max(window, 2 * p)
@@ -32,22 +35,3 @@ def repeat_period(ids: Sequence[int], window: int, max_period: int = MAX_PERIOD)
         if all(ids[i] == ids[i - p] for i in range(n - span + p, n - 1)):
             return p
     return 0
-
-
-class RepeatWatch:
-    """Fed a reply's token ids one by one; says when the reply has started to loop.
-
-    ``window = 0`` never fires (the check is off).
-    """
-
-    def __init__(self, window: int, ids: Sequence[int] = (), max_period: int = MAX_PERIOD):
-        self.window, self.max_period = window, max_period
-        self.ids = list(ids)  # a resumed reply's tokens so far
-        self.period = 0  # the loop's period once :meth:`add` returned True
-
-    def add(self, token: int) -> bool:
-        self.ids.append(token)
-        if self.window <= 0 or len(self.ids) < self.window:
-            return False
-        self.period = repeat_period(self.ids, self.window, self.max_period)
-        return self.period > 0

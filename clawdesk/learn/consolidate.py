@@ -71,7 +71,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from clawdesk.learn import reply_form
@@ -212,8 +212,8 @@ def check_items(
             decision, held_by = ("held", newer.id) if newer else ("active", None)
         else:
             decision = "kept"
-        check = ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form)
-        out.append(replace(check, wording=mark))
+        form["wording"] = mark
+        out.append(ItemCheck(item.id, item.status, len(found), n, trained, gap, base_gap, decision, held_by, **form))
     return out
 
 

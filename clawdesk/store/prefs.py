@@ -154,8 +154,9 @@ def add_preference(
 def edit_preference(store: Store, pref_id: int, text: str) -> Preference:
     """New words for an item. A learned one goes back into the prompt: the adapter learned the old words."""
     text = check_text(text)
-    if get_preference(store, pref_id).text == text:
-        return get_preference(store, pref_id)
+    item = get_preference(store, pref_id)
+    if item.text == text:
+        return item
     with store.transaction():
         store.db.execute(
             "UPDATE preferences SET text = ?, updated_at = ?, "

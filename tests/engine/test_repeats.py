@@ -1,6 +1,6 @@
 """When a reply repeats itself (clawdesk.engine.repeats): exact periods, spans and the off switch."""
 
-from clawdesk.engine.repeats import RepeatWatch, repeat_period
+from clawdesk.engine.repeats import repeat_period
 
 
 def test_a_short_unit_repeats_once_it_fills_the_window():
@@ -30,15 +30,21 @@ def test_text_that_goes_on_is_not_a_loop():
     assert repeat_period(almost, 64) == 0
 
 
-def test_watch_fires_at_the_first_looping_token_and_not_when_off():
+def _first_loop(ids: list[int], window: int, resumed: list[int] | None = None) -> tuple[int, int] | None:
+    """(tokens written, period) where a reply written token by token first loops, as the engine checks it."""
+    reply = list(resumed or [])
+    for k, tok in enumerate(ids, 1):
+        reply.append(tok)
+        if period := repeat_period(reply, window):
+            return k, period
+    return None
+
+
+def test_the_check_fires_at_the_first_looping_token_and_not_when_off():
     ids = [1, 2, 3] + [4, 5] * 60
-    watch = RepeatWatch(64)
-    fired = next(k for k, t in enumerate(ids, 1) if watch.add(t))
-    assert (fired, watch.period) == (3 + 64, 2)
-    off = RepeatWatch(0)
-    assert not any(off.add(t) for t in ids)
+    assert _first_loop(ids, 64) == (3 + 64, 2)
+    assert _first_loop(ids, 0) is None
 
 
 def test_a_resumed_reply_counts_its_earlier_tokens():
-    watch = RepeatWatch(16, ids=[4, 5] * 7 + [4])  # 15 tokens so far
-    assert watch.add(5) and watch.period == 2
+    assert _first_loop([5], 16, resumed=[4, 5] * 7 + [4]) == (1, 2)  # 15 tokens so far, then the 16th

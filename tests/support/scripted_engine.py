@@ -22,7 +22,7 @@ from clawdesk.engine import Delta, Engine, Exchange, ModelIdentity, Prompt, Repl
 from clawdesk.engine.llama import PROMPT_CHUNK
 from clawdesk.engine.preempt import Preemption
 from clawdesk.engine.prompt import ChatTemplate, in_thinking, split_thinking
-from clawdesk.engine.repeats import RepeatWatch
+from clawdesk.engine.repeats import repeat_period
 from clawdesk.engine.stops import StopCut
 
 # ChatML with Qwen3's switch: thinking off pre-fills an empty think block, as Qwen3's template does.
@@ -165,7 +165,7 @@ class ScriptedEngine(Engine):
             script = pieces(self._next_reply())
             limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
             raw, reply_ids, status, first_at, cut = "", [], "finished", None, StopCut(params.stop)
-            watch, cut_by = RepeatWatch(params.repeat_stop), ""  # the real engine's loop stop (engine/repeats.py)
+            cut_by = ""
             for i, piece in enumerate(script):
                 if i == self.hold_after:
                     self._hold(stopped)
@@ -184,7 +184,7 @@ class ScriptedEngine(Engine):
                 if hit:
                     del reply_ids[cut.kept or 0 :]
                     break
-                if watch.add(reply_ids[-1]):
+                if repeat_period(reply_ids, params.repeat_stop):  # the real engine's loop stop (engine/repeats.py)
                     status, cut_by = "length", "repeat"
                     break
                 if len(reply_ids) >= limit:
